@@ -1,0 +1,81 @@
+"""The criteria catalog: every criterion id of MISSION.md, as data.
+
+Judges cite these ids in every verdict; the CLI and the UI list them. Parameters (90 %, 5 %,
+N minutes) live here, next to the statement they belong to, not in the judges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+
+@dataclass(frozen=True, slots=True)
+class Criterion:
+    id: str
+    layer: str
+    statement: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _c(cid: str, layer: str, statement: str, **parameters: Any) -> Criterion:
+    return Criterion(cid, layer, statement, parameters)
+
+
+CATALOG_VERSION: Final = "2026-11-29.1"
+
+CRITERIA: Final[tuple[Criterion, ...]] = (
+    _c("D-OP-01", "operator", "each operand is healthy on each GPU node (validator markers, daemonset pods ready)"),
+    _c("D-OP-02", "operator", "the device plugin advertises the expected nvidia.com/gpu count (or MIG resources)"),
+    _c("D-OP-03", "operator", "a pod that does not request a GPU sees no GPU"),
+    _c("D-OP-04", "operator", "during a rolling driver/toolkit upgrade, running jobs are treated as the upgrade policy says"),
+    _c("D-DEV-01", "device", "before entering service r2 must Pass; Warn holds the node for operator approval",
+       level=2),
+    _c("D-DEV-02", "device", "an Xid after a job ends cordons the node, runs r3; Pass returns it, Fail quarantines it",
+       level=3),
+    _c("D-DEV-03", "device", "idle nodes get r2 at least weekly", level=2, max_age_days=7),
+    _c("D-DEV-04", "device", "every judgement is recorded: node, GPU UUID, level, result, action"),
+    _c("D-DEV-05", "device", "the policy runs automatically; time from an injected Xid to cordon is measured",
+       target_p90_s=15),
+    _c("D-DEV-06", "device", "Xid actions follow a decision table keyed by Xid number and repeats"),
+    _c("D-GPU-MIG-01", "sharing", "after a MIG profile is requested the node advertises its resources within N minutes",
+       max_minutes=10),
+    _c("D-GPU-MIG-02", "sharing", "a disallowed MIG combination is rejected, with the reason on node labels/events"),
+    _c("D-GPU-MIG-03", "sharing", "filling instance A's memory does not affect instance B's workload"),
+    _c("D-GPU-MIG-04", "sharing", "instance A's processes and memory use are invisible from instance B"),
+    _c("D-GPU-MIG-05", "sharing", "console, billing and quota count a MIG instance as its profile, not one GPU"),
+    _c("D-GPU-MIG-06", "sharing", "MIG is reconfigured only on a GPU with no running work"),
+    _c("D-GPU-TS-01", "sharing", "time-slicing is disclosed as unisolated on the product surface"),
+    _c("D-NET-NCCL-01", "network", "one node, 8 GPUs: busbw at sizes >= 1 GB is >= 90 % of the baseline",
+       min_ratio=0.90, min_size_bytes=1 << 30),
+    _c("D-NET-NCCL-02", "network", "two nodes, 16 GPUs: busbw at sizes >= 1 GB is >= 90 % of the inter-node baseline",
+       min_ratio=0.90, min_size_bytes=1 << 30),
+    _c("D-NET-NCCL-03", "network", "zero NCCL errors and timeouts during the test"),
+    _c("D-NET-NCCL-04", "network", "three repeats: busbw coefficient of variation <= 5 %", min_repeats=3, max_cv=0.05),
+    _c("D-NET-NCCL-TRANSPORT", "network", "the active transport is the fabric the profile declares (no socket fallback)"),
+    _c("D-SCHED-01", "scheduling", "a job over the free quota is held with 0 pods"),
+    _c("D-SCHED-02", "scheduling", "when quota frees up the waiting job is admitted within N s", max_seconds=60),
+    _c("D-SCHED-03", "scheduling", "in a cohort with an idle team, a team borrows up to its borrowing limit"),
+    _c("D-SCHED-04", "scheduling", "lent quota is reclaimed per policy when the lender submits"),
+    _c("D-SCHED-05", "scheduling", "a preempted job gets its grace period to checkpoint and resumes after re-admission"),
+    _c("D-SCHED-06", "scheduling", "a multi-node job is admitted only when all its GPUs are available (gang)"),
+    _c("D-SCHED-07", "scheduling", "the waiting reason shown to users equals the Workload condition"),
+    _c("D-JOB-CKPT-01", "job", "training resumes at the step after the last complete checkpoint"),
+    _c("D-JOB-CKPT-02", "job", "model, optimizer, LR scheduler, RNG and data-loader position are restored"),
+    _c("D-JOB-CKPT-03", "job", "losses after resume equal those of an uninterrupted reference run"),
+    _c("D-JOB-CKPT-04", "job", "killing the job during a save never leaves a partial checkpoint read as latest"),
+    _c("D-JOB-CKPT-05", "job", "save time stays within budget (absolute and as a share of step time)",
+       max_save_s=60, max_share_of_step=0.05),
+    _c("D-JOB-CKPT-06", "job", "a corrupt checkpoint is detected on load and the previous good one is used"),
+    _c("D-JOB-CKPT-07", "job", "on preemption (SIGTERM + grace) the job saves and later resumes from it"),
+)
+
+BY_ID: Final[dict[str, Criterion]] = {c.id: c for c in CRITERIA}
+
+
+def get(criterion_id: str) -> Criterion:
+    """The criterion with this id; an unknown id is a programming error, not a verdict."""
+    try:
+        return BY_ID[criterion_id]
+    except KeyError:
+        raise KeyError(f"unknown criterion id {criterion_id!r}") from None
