@@ -1,0 +1,183 @@
+"""The fleetval schema: runs, probes (raw output kept verbatim), measurements, verdicts,
+baselines, node events, and the simulator's cluster state.
+
+Every table a task writes has a natural unique key so that a retried task or a re-run DAG
+upserts instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# JSONB on PostgreSQL (indexable, compact), JSON text elsewhere.
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+# Integer ids autoincrement on SQLite only when declared INTEGER; BIGINT on PostgreSQL.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Run(Base):
+    """One execution of a suite: a DAG run, a `fleetval sim run`, a backfill re-judgement."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(250), unique=True)
+    suite: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(16))
+    fleet: Mapped[str | None] = mapped_column(String(128))
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    meta: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+
+
+class Probe(Base):
+    """One probe execution; `raw` is the tool's output byte for byte, stored before parsing."""
+
+    __tablename__ = "probes"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    probe_key: Mapped[str] = mapped_column(String(250))
+    tool: Mapped[str] = mapped_column(String(32))
+    tool_version: Mapped[str | None] = mapped_column(String(64))
+    nodes: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
+    spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    raw: Mapped[str] = mapped_column(Text)
+    raw_sha256: Mapped[str] = mapped_column(String(64))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (UniqueConstraint("run_id", "probe_key"),)
+
+
+class Measurement(Base):
+    """A parsed number from a probe: one DCGM test result per GPU, one busbw row per size."""
+
+    __tablename__ = "measurements"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[str | None] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float | None] = mapped_column(Float)
+    unit: Mapped[str | None] = mapped_column(String(16))
+    attrs: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    __table_args__ = (
+        UniqueConstraint("probe_id", "seq"),
+        Index("ix_measurements_metric_node", "metric", "node"),
+    )
+
+
+class VerdictRow(Base):
+    """A judgement: criterion × subject within a run; keeps what it was judged against."""
+
+    __tablename__ = "verdicts"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    probe_id: Mapped[int | None] = mapped_column(ForeignKey("probes.id", ondelete="SET NULL"), index=True)
+    criterion: Mapped[str] = mapped_column(String(32), index=True)
+    subject: Mapped[str] = mapped_column(String(253), index=True)
+    node: Mapped[str | None] = mapped_column(String(253), index=True)
+    result: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(64))
+    rule_id: Mapped[str] = mapped_column(String(96))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    evidence: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    judged_against: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    policy_version: Mapped[str | None] = mapped_column(String(64))
+    baseline_id: Mapped[int | None] = mapped_column(ForeignKey("baselines.id"))
+    judged_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    __table_args__ = (UniqueConstraint("run_id", "criterion", "subject"),)
+
+
+class Baseline(Base):
+    """A measured reference per hardware profile and metric scope; versioned, never mutated
+    after promotion (only its status moves: candidate → promoted → retired)."""
+
+    __tablename__ = "baselines"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    profile: Mapped[str] = mapped_column(String(128))
+    metric: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="candidate")
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(16))
+    stats: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    source: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    promoted_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    retired_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (UniqueConstraint("profile", "metric", "scope", "version"),)
+
+
+class NodeEvent(Base):
+    """Something fleetval did (or, in dry-run, would have done) to a node."""
+
+    __tablename__ = "node_events"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    event_key: Mapped[str] = mapped_column(String(250), unique=True)
+    node: Mapped[str] = mapped_column(String(253), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    details: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+
+
+class SimFleet(Base):
+    """The simulated cluster's spec; one row per loaded fleet."""
+
+    __tablename__ = "sim_fleets"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seed: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    loaded_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SimNode(Base):
+    """The simulated cluster's node state (labels, taints, cordon, running GPU pods), shared by
+    every task process through the database."""
+
+    __tablename__ = "sim_nodes"
+    fleet: Mapped[str] = mapped_column(ForeignKey("sim_fleets.name", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    rack: Mapped[str] = mapped_column(String(128))
+    profile: Mapped[str] = mapped_column(String(128))
+    labels: Mapped[dict[str, str]] = mapped_column(JsonDoc, default=dict)
+    taints: Mapped[list[dict[str, str]]] = mapped_column(JsonDoc, default=list)
+    unschedulable: Mapped[bool] = mapped_column(Boolean, default=False)
+    gpu_pods: Mapped[int] = mapped_column(Integer, default=0)
