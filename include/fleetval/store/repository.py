@@ -202,6 +202,46 @@ class Store:
             "verdicts": len(rows),
         }
 
+    def attach_results(
+        self,
+        run_id: int,
+        results: Sequence[tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]],
+    ) -> int:
+        """Add measurements and verdicts to probes already stored (raw first, judged after).
+
+        `results` holds (probe_key, measurements, verdicts, node); re-attaching replaces them.
+        """
+        with self.engine.begin() as conn:
+            keys = [r[0] for r in results]
+            ids: dict[str, int] = {}
+            for chunk_keys in _chunks(keys, 5000):
+                found = conn.execute(
+                    select(Probe.probe_key, Probe.id).where(
+                        Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys)
+                    )
+                )
+                ids.update({key: int(pid) for key, pid in found})
+            missing = set(keys) - ids.keys()
+            if missing:
+                raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
+            probes = [ProbeIn(key, "", "", (), measurements=tuple(m)) for key, m, _, _ in results]
+            self._replace_measurements(conn, probes, ids)
+            now = utcnow()
+            rows = [
+                verdict_row(run_id, v, probe_id=ids[key], node=node, judged_at=now)
+                for key, _, verdicts, node in results
+                for v in verdicts
+            ]
+            self._upsert_verdicts(conn, rows)
+            return len(rows)
+
+    def probes(self, run_id: int, probe_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        query = select(*Probe.__table__.c).where(Probe.run_id == run_id).order_by(Probe.id)
+        if probe_keys is not None:
+            query = query.where(Probe.probe_key.in_(list(probe_keys)))
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
     def add_verdicts(
         self,
         run_id: int,
@@ -259,7 +299,9 @@ class Store:
         ids: dict[str, int] = {}
         for chunk_keys in _chunks(keys, 5000):
             found = conn.execute(
-                select(Probe.probe_key, Probe.id).where(Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys))
+                select(Probe.probe_key, Probe.id).where(
+                    Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys)
+                )
             )
             ids.update({key: int(pid) for key, pid in found})
         return ids
@@ -339,10 +381,16 @@ class Store:
             result = conn.execute(stmt.on_conflict_do_nothing(index_elements=["event_key"]))
             return bool(result.rowcount)
 
-    def node_events(self, node: str | None = None) -> list[dict[str, Any]]:
+    def node_events(
+        self, node: str | None = None, *, run_id: int | None = None, kind: str | None = None
+    ) -> list[dict[str, Any]]:
         query = select(*NodeEvent.__table__.c).order_by(NodeEvent.id)
         if node is not None:
             query = query.where(NodeEvent.node == node)
+        if run_id is not None:
+            query = query.where(NodeEvent.run_id == run_id)
+        if kind is not None:
+            query = query.where(NodeEvent.kind == kind)
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 

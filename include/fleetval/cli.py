@@ -1,0 +1,218 @@
+"""`fleetval` command line (contract: DESIGN.md §5).
+
+JSON on stdout; errors are one line on stderr starting `error:` and a non-zero exit. Evidence
+that cannot decide is not an error: `judge` prints an inconclusive verdict and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fleetval.errors import FleetvalError, ParseError
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise FleetvalError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _emit(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    if args.tool == "dcgm":
+        from fleetval.parsers.dcgm import parse_dcgm
+
+        _emit(parse_dcgm(text).to_json())
+    elif args.tool == "nccl":
+        from fleetval.parsers.nccl import parse_nccl
+
+        _emit(parse_nccl(text).to_json())
+    else:
+        from fleetval.parsers.xid import parse_xid, xid_log_to_json
+
+        _emit(xid_log_to_json(parse_xid(text)))
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    if args.tool == "dcgm":
+        from fleetval.judges.dcgm import judge_dcgm
+        from fleetval.parsers.dcgm import DcgmReport, parse_dcgm
+
+        report: DcgmReport | ParseError
+        try:
+            report = parse_dcgm(text)
+        except ParseError as exc:
+            report = exc
+        _emit(judge_dcgm(report, gate=args.gate, node=args.node).to_json())
+    elif args.tool == "nccl":
+        from fleetval.judges.nccl import judge_nccl_to_json
+        from fleetval.parsers.nccl import parse_nccl
+
+        if args.baseline is None:
+            raise FleetvalError("judge nccl needs --baseline GBPS (the measured baseline busbw)")
+        _emit(judge_nccl_to_json(parse_nccl(text), args.baseline, args.ranks))
+    else:
+        from fleetval.judges.xid import judge_xid, judge_xid_to_json
+        from fleetval.parsers.xid import parse_xid
+
+        _emit(judge_xid_to_json(judge_xid(parse_xid(text), node=args.node)))
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import current, upgrade
+
+    engine = make_engine(args.db)
+    upgrade(engine)
+    _emit({"db": engine.url.render_as_string(hide_password=True), "revision": current(engine)})
+    return 0
+
+
+def cmd_sim_run(args: argparse.Namespace) -> int:
+    from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
+    from fleetval.sim.cluster import SimCluster
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+    from fleetval.suites import weekly
+
+    spec = load_fleet_spec(_read(args.fleet))
+    engine = make_engine(args.db)
+    upgrade(engine)
+    cluster = SimCluster.load(engine, spec, reset=args.reset)
+    store = Store(engine)
+    as_of = dt.datetime.now(dt.UTC)
+    run_key = args.run_key or f"sim/{spec.name}/{args.suite}/{as_of:%Y%m%dT%H%M%S}"
+    run_id = weekly.run_weekly(
+        store,
+        cluster,
+        run_key=run_key,
+        fleet=spec.name,
+        diagnosis_budget=DiagnosisBudget(args.max_fleet_fraction, args.max_rack_fraction),
+        action_budget=ActionBudget(args.max_action_fraction, args.max_rack_fraction),
+        dry_run=args.dry_run,
+        as_of=as_of,
+    )
+    verdicts = store.verdicts(run_id)
+    _emit({"run_id": run_id, "run_key": run_key, "verdicts": [_verdict_json(v) for v in verdicts]})
+    return 0
+
+
+def cmd_criteria(_args: argparse.Namespace) -> int:
+    from fleetval.criteria import CATALOG_VERSION, CRITERIA
+
+    _emit(
+        {
+            "version": CATALOG_VERSION,
+            "criteria": [
+                {"id": c.id, "layer": c.layer, "statement": c.statement, "parameters": c.parameters}
+                for c in CRITERIA
+            ],
+        }
+    )
+    return 0
+
+
+def _verdict_json(row: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "criterion",
+        "subject",
+        "node",
+        "result",
+        "action",
+        "rule_id",
+        "reason",
+        "evidence",
+        "judged_against",
+        "probe_id",
+        "run_id",
+    )
+    return {k: row[k] for k in keys}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleetval", description="GPU-fleet validation: parse, judge, simulate."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_parse = sub.add_parser("parse", help="parse a tool's raw output into JSON")
+    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid"])
+    p_parse.add_argument("file", help="raw output file, or - for stdin")
+    p_parse.set_defaults(func=cmd_parse)
+
+    p_judge = sub.add_parser("judge", help="judge a tool's raw output against policy")
+    p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid"])
+    p_judge.add_argument("file")
+    p_judge.add_argument("--gate", choices=["onboarding", "weekly", "post-xid"], default="weekly")
+    p_judge.add_argument("--node", default="node", help="subject node name for the verdicts")
+    p_judge.add_argument("--baseline", type=float, help="nccl: baseline busbw in GB/s")
+    p_judge.add_argument("--ranks", type=int, help="nccl: number of ranks (overrides the output)")
+    p_judge.set_defaults(func=cmd_judge)
+
+    p_db = sub.add_parser("db", help="database schema")
+    db_sub = p_db.add_subparsers(dest="db_command", required=True)
+    p_up = db_sub.add_parser("upgrade", help="apply migrations")
+    p_up.add_argument(
+        "--db", required=True, help="SQLAlchemy URL, e.g. postgresql+psycopg2://… or sqlite:///f.db"
+    )
+    p_up.set_defaults(func=cmd_db_upgrade)
+
+    p_sim = sub.add_parser("sim", help="the fleet simulator")
+    sim_sub = p_sim.add_subparsers(dest="sim_command", required=True)
+    p_run = sim_sub.add_parser("run", help="run a suite's pipeline in-process on a simulated fleet")
+    p_run.add_argument("fleet", help="fleet spec YAML")
+    p_run.add_argument("--db", required=True)
+    p_run.add_argument("--suite", choices=["weekly"], default="weekly")
+    p_run.add_argument(
+        "--run-key", help="idempotency key; the same key re-judges the same run without duplicates"
+    )
+    p_run.add_argument("--dry-run", action="store_true", help="record node actions without applying them")
+    p_run.add_argument("--reset", action="store_true", help="reset the simulated cluster state from the spec")
+    p_run.add_argument("--max-fleet-fraction", type=float, default=0.25)
+    p_run.add_argument("--max-rack-fraction", type=float, default=0.5)
+    p_run.add_argument("--max-action-fraction", type=float, default=0.25)
+    p_run.set_defaults(func=cmd_sim_run)
+
+    p_crit = sub.add_parser("criteria", help="list the criteria catalog")
+    p_crit.set_defaults(func=cmd_criteria)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage
+        return int(exc.code or 0) if exc.code != 2 else EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except (FleetvalError, ValueError, KeyError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
