@@ -174,6 +174,15 @@ class Store:
             conn.execute(stmt.on_conflict_do_nothing(index_elements=["run_key"]))
             return int(conn.execute(select(Run.id).where(Run.run_key == run_key)).scalar_one())
 
+    def update_run_meta(self, run_id: int, **meta: Any) -> None:
+        with self.engine.begin() as conn:
+            current = conn.execute(select(Run.meta).where(Run.id == run_id)).scalar_one()
+            conn.execute(update(Run).where(Run.id == run_id).values(meta={**(current or {}), **meta}))
+
+    def run_meta(self, run_id: int) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            return dict(conn.execute(select(Run.meta).where(Run.id == run_id)).scalar_one() or {})
+
     def finish_run(self, run_id: int) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(Run).where(Run.id == run_id).values(finished_at=utcnow()))

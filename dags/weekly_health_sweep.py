@@ -1,0 +1,67 @@
+"""
+### Weekly health sweep (`weekly_health_sweep`)
+DCGM **r2** on every *idle* GPU node (no GPU pods, not cordoned, not quarantined), once a week
+(criteria **D-DEV-03**, **D-DEV-04**).
+
+- Nodes are swept in **waves**; a wave never holds more than `max_fleet_fraction` of the fleet
+  or `max_rack_fraction` of any rack, and waves run one at a time (blast-radius budget).
+- A wave probes each node with one pod pinned to it that requests all its GPUs, keeps the raw
+  `dcgmi diag -r 2 -j` output, judges it with the node health policy, and acts: **Fail** →
+  cordon + `fleetval.io/quarantine` label + maintenance taint + r3 requested; **Warn** → flagged.
+  Disruptive actions past `max_action_fraction` are withheld and raise an **F-SAFE-01** alert.
+- `dry_run` records what would be done without touching nodes.
+
+**Triage:** a `fail` *verdict* is a finding about a node, not a task failure. A failed *task*
+means the harness broke (API unreachable, store down). Verdicts: `fleetval_db` connection.
+Owner: fleet-validation.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag
+
+from fleetval_airflow import weekly_tasks
+from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
+
+
+@dag(
+    schedule="0 3 * * 0",
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,  # two sweeps at once would double the nodes under diagnosis
+    default_args=DEFAULT_ARGS,
+    params={
+        "dry_run": Param(False, type="boolean", title="Dry run (shadow mode): record actions, touch no node"),
+        "max_fleet_fraction": Param(
+            0.10,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Most of the fleet under diagnosis at once",
+        ),
+        "max_rack_fraction": Param(
+            0.25,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Most of one rack under diagnosis (or acted on) at once",
+        ),
+        "max_action_fraction": Param(
+            0.05,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Most of the fleet cordoned by one sweep (circuit breaker)",
+        ),
+    },
+    tags=[Tag.LAYER_DEVICE, Tag.SCHEDULE_WEEKLY, Tag.OWNER],
+    doc_md=__doc__,
+)
+def weekly_health_sweep() -> None:
+    run_id = weekly_tasks.start_run()
+    waves = weekly_tasks.plan_waves(run_id)
+    results = weekly_tasks.sweep_wave.partial(run_id=run_id).expand(wave_index=waves)
+    weekly_tasks.report_coverage(run_id, results)
+
+
+weekly_health_sweep()

@@ -1,0 +1,750 @@
+"""Parser for DCGM diagnostics (`dcgmi diag`) output: JSON (3.x, 4.x) and the text table (3.0 to 4.x).
+
+DCGM 4.2.3, `dcgmi diag -r 2` text table (NVIDIA/DCGM issue #253, abbreviated; the paste ends
+without the table's closing border)::
+
+    Successfully ran diagnostic for group.
+    +---------------------------+------------------------------------------------+
+    | Diagnostic                | Result                                         |
+    +===========================+================================================+
+    |-----  Metadata  ----------+------------------------------------------------|
+    | DCGM Version              | 4.2.3                                          |
+    | Driver Version Detected   | 570.148.08                                     |
+    |-----  Deployment  --------+------------------------------------------------|
+    | software                  | Pass                                           |
+    |                           | GPU0: Pass                                     |
+    +-----  Integration  -------+------------------------------------------------+
+    | pcie                      | Fail                                           |
+    | Warning                   | There was an internal error during the test:   |
+    |                           | 'A child process (152) exited with non-zero s  |
+    |                           | tatus 1' Check DCGM and system logs for error  |
+    |                           | GPU0: Pass                                     |
+
+DCGM 3.x, `dcgmi diag -r 2 -j` (microsoft/VirtualClient example, abbreviated)::
+
+    {
+        "DCGM GPU Diagnostic" :
+        {
+            "test_categories" : [ { "category" : "Hardware", "tests" : [ { "name" : "GPU Memory",
+                "results" : [ { "gpu_ids" : "0", "status" : "Pass" } ] } ] } ]
+        }
+    }
+
+DCGM 4.x `-j` puts results under `"DCGM Diagnostic"`, one per entity (`entity_group`, `entity_id`),
+with `warnings[]` objects carrying DCGM's `error_id` / `error_category` / `error_severity`, a
+`test_summary`, and `entity_groups` / `metadata` beside it (see the schema fixture).
+
+Rules this parser keeps:
+
+- Output that is empty, garbage, truncated, or of an unknown shape raises `ParseError`; an unknown
+  status word raises too, so a renamed status can never read as a pass.
+- A text table without its closing border is incomplete. Visible failures still stand (a cut can
+  only hide more problems), but an incomplete table whose visible rows all pass raises: it proves
+  nothing. JSON is complete by construction (a cut document does not decode).
+- DCGM 4.x prints a *warn* entity as "Fail" everywhere except the test's own text line
+  (`Diag::HelperDisplayDiagResult` defaults to `DDR_NO_DISPLAY_WARN`). So in 4.x JSON an entity
+  "Fail" whose every warning has severity MONITOR (1, "can perform workload, but needs to be
+  monitored") reads as warn; in 4.x text, GPU lines under a test whose own line says "Warn" read
+  as warn. A 4.x text test that both fails one GPU and warns another shows both as fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fleetval.errors import ParseError
+
+_TOOL: Final = "dcgm"
+
+# DCGM's error categories (dcgm_errors.h, dcgmErrorCategory_t), as printed in `error_category`.
+DCGM_ERROR_CATEGORIES: Final[dict[int, str]] = {
+    0: "NONE",
+    1: "PERF_THRESHOLD",
+    2: "PERF_VIOLATION",
+    3: "SOFTWARE_CONFIG",
+    4: "SOFTWARE_LIBRARY",
+    5: "SOFTWARE_XID",
+    6: "SOFTWARE_CUDA",
+    7: "SOFTWARE_EUD",
+    8: "SOFTWARE_OTHER",
+    9: "HARDWARE_THERMAL",
+    10: "HARDWARE_MEMORY",
+    11: "HARDWARE_NVLINK",
+    12: "HARDWARE_NVSWITCH",
+    13: "HARDWARE_PCIE",
+    14: "HARDWARE_POWER",
+    15: "HARDWARE_OTHER",
+    16: "INTERNAL_OTHER",
+}
+
+# DCGM's error severities (dcgm_errors.h, dcgmErrorSeverity_t), as printed in `error_severity`.
+DCGM_ERROR_SEVERITIES: Final[dict[int, str]] = {
+    0: "NONE",
+    1: "MONITOR",
+    2: "ISOLATE",
+    3: "UNKNOWN",
+    4: "TRIAGE",
+    5: "CONFIG",
+    6: "RESET",
+}
+
+_SEVERITY_MONITOR: Final = "1"
+_ERROR_ID_INTERNAL: Final = 44  # DCGM_FR_INTERNAL
+_CATEGORY_INTERNAL: Final = "16"  # DCGM_FR_EC_INTERNAL_OTHER
+
+_CATEGORY_CLASS: Final[dict[str, str]] = {
+    "1": "compute",
+    "2": "compute",
+    "3": "config",
+    "4": "software",
+    "5": "other",
+    "6": "software",
+    "7": "software",
+    "8": "software",
+    "9": "thermal",
+    "10": "memory",
+    "11": "nvlink",
+    "12": "nvlink",
+    "13": "pcie",
+    "14": "power",
+    "15": "other",
+    "16": "software",
+}
+
+# Keys are test names lower-cased with "_" read as " ", so 3.x and 4.x spellings share a row.
+_NAME_CLASS: Final[dict[str, str]] = {
+    "software": "software",
+    "nvml library": "software",
+    "cuda main library": "software",
+    "graphics processes": "software",
+    "denylist": "config",
+    "persistence mode": "config",
+    "environment variables": "config",
+    "environmental variables": "config",
+    "permissions and os blocks": "config",
+    "permissions and os-related blocks": "config",
+    "page retirement/row remap": "memory",
+    "gpu memory": "memory",
+    "memory": "memory",
+    "memtest": "memory",
+    "memory bandwidth": "memory",
+    "pcie": "pcie",
+    "nvbandwidth": "nvlink",
+    "nvlink": "nvlink",
+    "diagnostic": "compute",
+    "targeted stress": "compute",
+    "targeted power": "power",
+    "pulse test": "power",
+}
+
+_NAME_CATEGORY: Final[dict[str, str]] = {
+    "software": "Deployment",
+    "error": "Deployment",
+    "denylist": "Deployment",
+    "nvml library": "Deployment",
+    "cuda main library": "Deployment",
+    "permissions and os blocks": "Deployment",
+    "permissions and os-related blocks": "Deployment",
+    "persistence mode": "Deployment",
+    "environment variables": "Deployment",
+    "environmental variables": "Deployment",
+    "page retirement/row remap": "Deployment",
+    "graphics processes": "Deployment",
+    "inforom": "Deployment",
+    "gpu memory": "Hardware",
+    "memory": "Hardware",
+    "diagnostic": "Hardware",
+    "memtest": "Hardware",
+    "eud test": "Hardware",
+    "eud": "Hardware",
+    "pcie": "Integration",
+    "nvbandwidth": "Integration",
+    "targeted stress": "Stress",
+    "targeted power": "Stress",
+    "memory bandwidth": "Stress",
+    "pulse test": "Stress",
+}
+
+# The test that first appears at each run level (DCGM user guide level table; 3.x and 4.x names).
+_LEVEL_TESTS: Final[tuple[tuple[int, frozenset[str]], ...]] = (
+    (4, frozenset({"memtest", "pulse test"})),
+    (3, frozenset({"diagnostic", "targeted stress", "targeted power", "memory bandwidth", "eud test", "eud"})),
+    (2, frozenset({"pcie", "gpu memory", "memory"})),
+)
+
+_KEYWORD_CLASS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    (re.compile(r"internal error|child process", re.I), "software"),
+    (re.compile(r"nvlink|nvswitch", re.I), "nvlink"),
+    (re.compile(r"\bpcie?\b|replay", re.I), "pcie"),
+    (re.compile(r"thermal|temperature|cooling", re.I), "thermal"),
+    (re.compile(r"memory|\becc\b|row remap|page retire|\b[sd]be\b", re.I), "memory"),
+    (re.compile(r"\bpower\b", re.I), "power"),
+    (re.compile(r"persistence mode|environment variable|denylist|permission", re.I), "config"),
+    (re.compile(r"\bcuda\b|\bnvml\b|librar", re.I), "software"),
+)
+
+_INTERNAL_RE: Final = re.compile(r"internal error|child process", re.I)
+
+_STATUS_WORDS: Final[dict[str, str]] = {
+    "pass": "pass",
+    "passed": "pass",
+    "fail": "fail",
+    "failed": "fail",
+    "error": "fail",
+    "warn": "warn",
+    "warning": "warn",
+    "skip": "skip",
+    "skipped": "skip",
+    "not run": "skip",
+    # 4.x prints Not Run as an empty cell (HelperDisplayDiagResult's default branch).
+    "": "skip",
+}
+_RANK: Final[dict[str, int]] = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
+
+_GPU_PREFIX_RE: Final = re.compile(r"^GPU\s*(\d+)\b")
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmWarning:
+    """One DCGM warning/error message, tied to a GPU index when DCGM ties it to one."""
+
+    gpu: str | None
+    message: str
+    error_id: int | None
+    error_category: str | None
+    error_severity: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "message": self.message,
+            "error_id": self.error_id,
+            "error_category": self.error_category,
+            "error_severity": self.error_severity,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmTest:
+    """One DCGM test (plugin) with its per-GPU results, as DCGM names and groups it."""
+
+    name: str
+    category: str
+    failure_class: str
+    result: str
+    gpus: dict[str, str]
+    warnings: tuple[DcgmWarning, ...]
+    internal_error: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "category": self.category,
+            "result": self.result,
+            "gpus": dict(self.gpus),
+            "warnings": [w.to_json() for w in self.warnings],
+            "failure_class": self.failure_class,
+            "internal_error": self.internal_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmReport:
+    """A whole `dcgmi diag` run.
+
+    `complete` (additive) is False for a text table cut before its closing border; such a report
+    exists only when a visible row already fails or warns.
+    """
+
+    format: str
+    dcgm_version: str | None
+    driver_version: str | None
+    level: int | None
+    overall: str
+    tests: tuple[DcgmTest, ...]
+    gpu_uuids: dict[str, str]
+    complete: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dcgm_version": self.dcgm_version,
+            "driver_version": self.driver_version,
+            "level": self.level,
+            "overall": self.overall,
+            "tests": [t.to_json() for t in self.tests],
+            "format": self.format,
+            "gpu_uuids": dict(self.gpu_uuids),
+            "complete": self.complete,
+        }
+
+
+def parse_dcgm(text: str) -> DcgmReport:
+    """Parse `dcgmi diag` output (JSON or text table, DCGM 3.x or 4.x) into a `DcgmReport`.
+
+    Raises `ParseError` for empty or garbage input, truncated JSON, a table with no test rows,
+    an incomplete table that would otherwise pass, JSON of an unknown shape, or an unknown status.
+    """
+    text = text.replace("\r\n", "\n")
+    if not text.strip():
+        raise ParseError(_TOOL, "empty output")
+    table_at = _first_table_offset(text)
+    brace_at = text.find("{")
+    if table_at is not None and (brace_at < 0 or table_at < brace_at):
+        return _parse_text(text)
+    if brace_at >= 0:
+        return _parse_json(text, brace_at)
+    raise ParseError(_TOOL, "no DCGM result table or JSON document found", text.strip()[:200])
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", " ")
+
+
+def _status(word: str, where: str) -> str:
+    mapped = _STATUS_WORDS.get(word.strip().lower())
+    if mapped is None:
+        raise ParseError(_TOOL, f"unknown status {word!r} in {where}", word)
+    return mapped
+
+
+def _worst(results: list[str]) -> str:
+    """Worst of fail > warn > pass; empty or all-skip gives skip."""
+    return max(results, key=_RANK.__getitem__, default="skip")
+
+
+def _gpu_from_message(message: str) -> str | None:
+    m = _GPU_PREFIX_RE.match(message)
+    return m.group(1) if m else None
+
+
+def _is_internal(w: DcgmWarning) -> bool:
+    return (
+        w.error_id == _ERROR_ID_INTERNAL
+        or w.error_category == _CATEGORY_INTERNAL
+        or bool(_INTERNAL_RE.search(w.message))
+    )
+
+
+def _warning_class(w: DcgmWarning) -> str | None:
+    if w.error_category is not None and w.error_category in _CATEGORY_CLASS:
+        return _CATEGORY_CLASS[w.error_category]
+    for pattern, cls in _KEYWORD_CLASS:
+        if pattern.search(w.message):
+            return cls
+    return None
+
+
+def _is_monitor(w: DcgmWarning) -> bool:
+    # Text tables carry no severity; every thermal code in DCGM's error table is MONITOR.
+    if w.error_severity is not None:
+        return w.error_severity == _SEVERITY_MONITOR
+    return _warning_class(w) == "thermal"
+
+
+def _build_test(
+    name: str, category: str | None, result: str, gpus: dict[str, str], warnings: list[DcgmWarning]
+) -> DcgmTest:
+    key = _key(name)
+    internal = False
+    failure_class = _NAME_CLASS.get(key, "other")
+    if result in ("fail", "warn") and warnings:
+        # Warnings on the GPUs that carry the test's result, plus those tied to no GPU, decide.
+        decisive = [w for w in warnings if w.gpu is None or gpus.get(w.gpu, result) == result]
+        serious = [w for w in decisive if not _is_monitor(w)]
+        internal = any(_is_internal(w) for w in decisive) and all(_is_internal(w) for w in serious)
+        if internal:
+            failure_class = "software"
+        else:
+            # A fail is explained by its non-MONITOR findings (a thermal note beside a memory
+            # failure does not make it thermal); a warn by whatever was found.
+            pool = serious if result == "fail" else decisive
+            found = next((c for c in map(_warning_class, pool) if c is not None), None)
+            if found is not None:
+                failure_class = found
+            elif key == "error":
+                failure_class = "software"
+    return DcgmTest(
+        name=name,
+        category=category or _NAME_CATEGORY.get(key, "Custom"),
+        failure_class=failure_class,
+        result=result,
+        gpus=gpus,
+        warnings=tuple(warnings),
+        internal_error=internal,
+    )
+
+
+def _level_from_tests(tests: tuple[DcgmTest, ...]) -> int:
+    names = {_key(t.name) for t in tests}
+    for level, markers in _LEVEL_TESTS:
+        if names & markers:
+            return level
+    return 1
+
+
+def _report(
+    fmt: str,
+    version: str | None,
+    driver: str | None,
+    level: int | None,
+    tests: list[DcgmTest],
+    uuids: dict[str, str],
+    complete: bool,
+    excerpt: str,
+) -> DcgmReport:
+    if not tests:
+        raise ParseError(_TOOL, f"no test results in {fmt} output", excerpt)
+    overall = _worst([t.result for t in tests])
+    if not complete and overall in ("pass", "skip"):
+        raise ParseError(
+            _TOOL,
+            "result table ends without its closing border (truncated); visible rows cannot prove a pass",
+            excerpt,
+        )
+    frozen = tuple(tests)
+    if level is None and complete:
+        level = _level_from_tests(frozen)
+    return DcgmReport(
+        format=fmt,
+        dcgm_version=version,
+        driver_version=driver,
+        level=level,
+        overall=overall,
+        tests=frozen,
+        gpu_uuids=uuids,
+        complete=complete,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON (3.x "DCGM GPU Diagnostic", 4.x "DCGM Diagnostic")
+
+
+def _parse_json(text: str, start: int) -> DcgmReport:
+    excerpt = text[start : start + 200]
+    try:
+        doc, end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise ParseError(_TOOL, f"invalid or truncated JSON: {exc.msg} at offset {exc.pos}", excerpt) from exc
+    rest = text[end:].lstrip()
+    # Trailing log lines are fine (kubectl exec appends its own); more JSON means a fragment.
+    if rest[:1] in {",", "]", "}", "[", "{", '"'} and rest:
+        raise ParseError(_TOOL, "JSON fragment: the document continues after the decoded object", excerpt)
+    if not isinstance(doc, dict):
+        raise ParseError(_TOOL, "unknown JSON shape: top level is not an object", excerpt)
+    if "DCGM GPU Diagnostic" in doc:
+        fmt, body = "json3", doc["DCGM GPU Diagnostic"]
+    elif "DCGM Diagnostic" in doc:
+        fmt, body = "json4", doc["DCGM Diagnostic"]
+    else:
+        raise ParseError(_TOOL, f"unknown JSON shape: top-level keys {sorted(doc)[:5]}", excerpt)
+    if not isinstance(body, dict):
+        raise ParseError(_TOOL, "unknown JSON shape: diagnostic body is not an object", excerpt)
+
+    categories = body.get("test_categories")
+    if categories is None:
+        runtime_error = body.get("runtime_error")
+        if runtime_error:
+            raise ParseError(_TOOL, f"DCGM reported a runtime error: {runtime_error}", str(runtime_error))
+        raise ParseError(_TOOL, "unknown JSON shape: no test_categories", excerpt)
+    tests = [
+        _json_test(test, category, fmt)
+        for category, test in _json_category_tests(_as_list(categories, "test_categories"))
+    ]
+
+    metadata = doc.get("metadata")
+    meta = metadata if isinstance(metadata, dict) else {}
+    version = _opt_str(meta.get("version", body.get("version")))
+    driver = _opt_str(meta.get("Driver Version Detected", body.get("Driver Version Detected")))
+    return _report(fmt, version, driver, None, tests, _json_uuids(doc), True, excerpt)
+
+
+def _as_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ParseError(_TOOL, f"unknown JSON shape: {what} is not an array", repr(value)[:200])
+    return value
+
+
+def _as_dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ParseError(_TOOL, f"unknown JSON shape: {what} is not an object", repr(value)[:200])
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _json_category_tests(categories: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for raw in categories:
+        category = _as_dict(raw, "a test category")
+        name = str(category.get("category", "Custom"))
+        # DCGM 3.1's own writer leaves literal nulls between tests; its reader skips them.
+        out.extend(
+            (name, _as_dict(test, "a test")) for test in _as_list(category.get("tests"), "tests") if test is not None
+        )
+    return out
+
+
+def _json_gpu_ids(result: dict[str, Any]) -> list[str] | None:
+    """GPU indices a result covers; None when it names no GPU (3.x Deployment rows, CPU entities)."""
+    if "entity_id" in result:
+        group = result.get("entity_group", "GPU")
+        return [str(int(result["entity_id"]))] if group == "GPU" else None
+    raw = result.get("gpu_ids", result.get("gpu_id"))
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ParseError(_TOOL, "unknown JSON shape: gpu_ids is neither a string nor an integer", repr(raw))
+    ids = [part.strip() for part in str(raw).split(",") if part.strip()]
+    for gid in ids:
+        if not gid.isdigit():
+            raise ParseError(_TOOL, f"unknown GPU id {gid!r} in gpu_ids", str(raw))
+    return ids
+
+
+def _json_warnings(result: dict[str, Any], gpu: str | None) -> list[DcgmWarning]:
+    out: list[DcgmWarning] = []
+    for raw in _as_list(result.get("warnings", []), "warnings"):
+        if raw is None:
+            continue
+        if isinstance(raw, str):
+            out.append(DcgmWarning(gpu or _gpu_from_message(raw), raw, None, None, None))
+            continue
+        item = _as_dict(raw, "a warning")
+        message = str(item.get("warning", ""))
+        error_id = item.get("error_id")
+        out.append(
+            DcgmWarning(
+                gpu=gpu or _gpu_from_message(message),
+                message=message,
+                error_id=int(error_id) if isinstance(error_id, int | str) and str(error_id).isdigit() else None,
+                error_category=_opt_str(item.get("error_category")),
+                error_severity=_opt_str(item.get("error_severity")),
+            )
+        )
+    return out
+
+
+def _json_test(test: dict[str, Any], category: str, fmt: str) -> DcgmTest:
+    name = str(test.get("name", ""))
+    if not name:
+        raise ParseError(_TOOL, "unknown JSON shape: a test has no name", repr(test)[:200])
+    gpus: dict[str, str] = {}
+    loose: list[str] = []
+    warnings: list[DcgmWarning] = []
+    for raw in _as_list(test.get("results", []), f"results of {name!r}"):
+        if raw is None:
+            continue
+        result = _as_dict(raw, f"a result of {name!r}")
+        status = _status(str(result.get("status", "")), f"test {name!r}")
+        ids = _json_gpu_ids(result)
+        own = _json_warnings(result, ids[0] if ids and len(ids) == 1 else None)
+        warnings.extend(own)
+        if fmt == "json4" and status == "fail" and own and all(w.error_severity == _SEVERITY_MONITOR for w in own):
+            status = "warn"  # 4.x prints a warn entity as "Fail"; see the module docstring
+        if ids:
+            for gid in ids:
+                gpus[gid] = _worst([gpus.get(gid, "skip"), status])
+        else:
+            loose.append(status)
+
+    evidence = [*gpus.values(), *loose]
+    summary = test.get("test_summary")
+    if summary is None:
+        result_word = _worst(evidence)
+    else:
+        summary = _as_dict(summary, f"test_summary of {name!r}")
+        stated = _status(str(summary.get("status", "")), f"test_summary of {name!r}")
+        own = _json_warnings(summary, None)
+        warnings.extend(own)
+        implied = ["warn" if w.error_severity == _SEVERITY_MONITOR else "fail" for w in own]
+        if fmt == "json4" and stated == "fail" and "fail" not in evidence + implied and "warn" in evidence + implied:
+            stated = "warn"  # only MONITOR findings behind a 4.x "Fail"
+        result_word = _worst([stated, *evidence, *implied])
+    return _build_test(name, category, result_word, gpus, warnings)
+
+
+def _json_uuids(doc: dict[str, Any]) -> dict[str, str]:
+    # 4.2's writer emits entity_id / device_id / serial_num only; a UUID key is read if one appears.
+    uuids: dict[str, str] = {}
+    groups = doc.get("entity_groups")
+    for group in groups if isinstance(groups, list) else []:
+        if not isinstance(group, dict) or group.get("entity_group", "GPU") != "GPU":
+            continue
+        for entity in group.get("entities") or []:
+            if isinstance(entity, dict) and "entity_id" in entity:
+                uuid = entity.get("uuid", entity.get("gpu_uuid"))
+                if isinstance(uuid, str) and uuid:
+                    uuids[str(entity["entity_id"])] = uuid
+    return uuids
+
+
+# ---------------------------------------------------------------------------------------------
+# text table (3.0.x no Metadata; 3.3.x Metadata; 4.x lower-case names, "GPU0: Pass" lines)
+
+_TABLE_LINE_RE: Final = re.compile(r"^[|+][-=| ]")
+_FOOTER_RE: Final = re.compile(r"^\+-{3,}\+-{3,}\+\s*$")
+_RULE_RE: Final = re.compile(r"^\+=+\+=+\+\s*$")
+_SECTION_RE: Final = re.compile(r"^[|+]-{3,}\s+(\S(?:.*?\S)?)\s+-+\+-+[|+]\s*$")
+_GPU_LINE_RE: Final = re.compile(r"^(GPU|CPU)(\d+):\s*(Pass|Fail|Warn|Skip|Not Run)?$", re.I)
+_GROUP_RE: Final = re.compile(
+    r"^(Pass|Fail|Warn|Skip|Not Run)\s*-\s*(?:(All)|GPUs?:\s*(\d+(?:\s*,\s*\d+)*))$", re.I
+)
+_LABEL_RE: Final = re.compile(r"^(Warning|Info)(?::\s*(GPU|CPU)\s*(\d+))?$", re.I)
+_RUN_LEVEL_RE: Final = re.compile(r"\bdcgmi\s+diag\b.*?(?:-r|--run)\s*([1-4])\b")
+
+# dcgmi's layout: "| " + name (25) + " | " + info (46) + " |"; messages wrap every 45 characters.
+_NAME_END: Final = 28
+_INFO_START: Final = 30
+_WRAP: Final = 45
+
+
+@dataclass(slots=True)
+class _TextTest:
+    name: str
+    category: str | None
+    stated: str | None = None
+    groups: list[str] = field(default_factory=list)
+    gpus: dict[str, str] = field(default_factory=dict)
+    notes: list[tuple[str | None, list[str]]] = field(default_factory=list)
+
+
+def _first_table_offset(text: str) -> int | None:
+    offset = 0
+    for line in text.split("\n"):
+        if _TABLE_LINE_RE.match(line):
+            return offset
+        offset += len(line) + 1
+    return None
+
+
+def _cells(line: str) -> tuple[str, str] | None:
+    """(name, raw info chunk) of a data row, or None when the line is not one."""
+    if not line.startswith("|"):
+        return None
+    if len(line) > _NAME_END and line[_NAME_END] == "|":
+        return line[1:_NAME_END].strip(), line[_INFO_START : _INFO_START + _WRAP]
+    parts = line.split("|")
+    if len(parts) < 3:
+        return None
+    return parts[1].strip(), parts[2][1:]
+
+
+def _parse_text(text: str) -> DcgmReport:
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if _TABLE_LINE_RE.match(line))
+    level = next((int(m.group(1)) for m in map(_RUN_LEVEL_RE.search, lines[:start]) if m), None)
+
+    version: str | None = None
+    driver: str | None = None
+    section: str | None = None
+    tests: list[_TextTest] = []
+    current: _TextTest | None = None
+    block: list[str] | None = None  # the message that blank-name rows continue
+    seen_rows = False
+    closed = False
+
+    for line in lines[start:]:
+        if _FOOTER_RE.match(line):
+            closed = seen_rows
+            continue
+        if _RULE_RE.match(line):
+            continue
+        section_match = _SECTION_RE.match(line)
+        if section_match:
+            section, current, block = section_match.group(1), None, None
+            continue
+        cells = _cells(line)
+        if cells is None:
+            block = None
+            continue
+        name, chunk = cells
+        info = chunk.strip()
+        if name == "Diagnostic" and info == "Result":
+            continue
+        seen_rows, closed = True, False
+
+        if section == "Metadata":
+            if name == "DCGM Version":
+                version = info or None
+            elif name == "Driver Version Detected":
+                driver = info or None
+            continue
+
+        if name:
+            label = _LABEL_RE.match(name)
+            if label:
+                if current is None or label.group(1).lower() == "info":
+                    block = []  # verbose Info text is not evidence; swallow its continuation rows
+                    continue
+                gpu = label.group(3) if (label.group(2) or "").upper() == "GPU" else None
+                block = [chunk]
+                current.notes.append((gpu, block))
+                continue
+            current = _TextTest(name=name, category=section)
+            tests.append(current)
+            if name == "Error":
+                # An "Error" row replaces a test's result with DCGM's message.
+                current.stated, block = "fail", [chunk]
+                current.notes.append((None, block))
+            else:
+                block = None
+                _apply_result_cell(current, info)
+            continue
+
+        if current is None:
+            continue
+        gpu_line = _GPU_LINE_RE.match(info)
+        if gpu_line:
+            block = None
+            if gpu_line.group(1).upper() == "GPU":
+                current.gpus[gpu_line.group(2)] = _status(gpu_line.group(3) or "", f"test {current.name!r}")
+        elif _GROUP_RE.match(info):
+            block = None
+            _apply_result_cell(current, info)
+        elif block is not None:
+            block.append(chunk)
+
+    built = [_finish_text_test(t) for t in tests]
+    excerpt = "\n".join(lines[-6:])[-200:]
+    return _report("text", version, driver, level, built, {}, closed, excerpt)
+
+
+def _apply_result_cell(test: _TextTest, info: str) -> None:
+    group = _GROUP_RE.match(info)
+    if group is None:
+        test.stated = _status(info, f"test {test.name!r}")
+        return
+    status = _status(group.group(1), f"test {test.name!r}")
+    if group.group(2):
+        test.groups.append(status)
+    else:
+        for gid in re.split(r"\s*,\s*", group.group(3)):
+            test.gpus[gid] = status
+
+
+def _finish_text_test(test: _TextTest) -> DcgmTest:
+    warnings = []
+    for gpu, chunks in test.notes:
+        message = "".join(chunks).strip()
+        warnings.append(DcgmWarning(gpu or _gpu_from_message(message), message, None, None, None))
+    gpus = dict(test.gpus)
+    if test.name == "Error":
+        for w in warnings:
+            if w.gpu is not None:
+                gpus[w.gpu] = "fail"
+    if test.stated == "warn":
+        # 4.x prints a warn entity as "Fail" under a test line that says "Warn".
+        gpus = {gid: "warn" if st == "fail" else st for gid, st in gpus.items()}
+    stated = [test.stated] if test.stated is not None else []
+    result = _worst([*stated, *test.groups, *gpus.values()])
+    return _build_test(test.name, test.category, result, gpus, warnings)

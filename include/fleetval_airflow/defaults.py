@@ -1,0 +1,29 @@
+"""Shared DAG defaults: owner, retries, pools and tags (a closed set, asserted in tests)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+
+import pendulum
+
+START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+# Retries are for the harness (API blips, a worker lost); a failing GPU is a verdict, not a retry.
+DEFAULT_ARGS = {
+    "owner": "fleet-validation",
+    "retries": 2,
+    "retry_delay": dt.timedelta(minutes=1),
+    "execution_timeout": dt.timedelta(hours=4),
+}
+
+
+class Pool(enum.StrEnum):
+    # Probe waves in flight at once across all DAGs (pools.json declares the slots).
+    NODE_DIAGNOSIS = "fleetval_node_diagnosis"
+
+
+class Tag(enum.StrEnum):
+    LAYER_DEVICE = "layer:device"
+    SCHEDULE_WEEKLY = "schedule:weekly"
+    OWNER = "owner:fleet-validation"

@@ -1,0 +1,148 @@
+"""The `k8s` backend: probes as pods rendered by the KubernetesPodOperator, node operations
+through the cncf.kubernetes provider's hook.
+
+Pods of one wave run concurrently: each is created, polled until it ends or its deadline
+passes, its log read (the tool's raw output), and deleted when it succeeded (failed pods are
+kept for forensics). A pod that never ran is a harness error, not a verdict about the node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+from fleetval.backends import NodeInfo, ProbeOutput
+from fleetval.k8s.specs import ProbeSpec, kpo_kwargs
+
+POLL_S = 5.0
+MAX_PARALLEL_PODS = 64
+
+
+def render_pod(spec: ProbeSpec) -> Any:
+    """The V1Pod the KubernetesPodOperator would create for `spec` (no cluster access)."""
+    op = KubernetesPodOperator(task_id=f"probe_{spec.tool}", **kpo_kwargs(spec))
+    return op.build_pod_request_obj(dry_run=True)
+
+
+class KubernetesBackend:
+    name = "k8s"
+
+    def __init__(self, conn_id: str = "kubernetes_default") -> None:
+        self.hook = KubernetesHook(conn_id=conn_id)
+        self.core = self.hook.core_v1_client
+
+    # --- inventory --------------------------------------------------------------------------
+    def list_nodes(self) -> list[NodeInfo]:
+        nodes: list[NodeInfo] = []
+        pods_per_node = self._gpu_pods_per_node()
+        token: str | None = None
+        while True:  # paginate: fleets have thousands of nodes
+            page = self.core.list_node(
+                label_selector="nvidia.com/gpu.present=true", limit=500, _continue=token
+            )
+            for n in page.items:
+                labels = dict(n.metadata.labels or {})
+                gpus = int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
+                nodes.append(
+                    NodeInfo(
+                        name=n.metadata.name,
+                        rack=labels.get("topology.kubernetes.io/zone", labels.get("fleetval.io/rack", "")),
+                        profile=labels.get("nvidia.com/gpu.product", ""),
+                        gpus=gpus,
+                        labels=labels,
+                        taints=tuple(
+                            {"key": t.key, "value": t.value or "", "effect": t.effect}
+                            for t in (n.spec.taints or [])
+                        ),
+                        unschedulable=bool(n.spec.unschedulable),
+                        gpu_pods=pods_per_node.get(n.metadata.name, 0),
+                    )
+                )
+            token = page.metadata._continue
+            if not token:
+                return nodes
+
+    def _gpu_pods_per_node(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        pods = self.core.list_pod_for_all_namespaces(field_selector="status.phase=Running")
+        for pod in pods.items:
+            wants_gpu = any(
+                "nvidia.com/gpu" in ((c.resources and c.resources.limits) or {}) for c in pod.spec.containers
+            )
+            if wants_gpu and pod.spec.node_name:
+                counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
+        return counts
+
+    # --- probes -----------------------------------------------------------------------------
+    def run_probes(self, specs: Sequence[ProbeSpec]) -> list[ProbeOutput]:
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_PODS, max(1, len(specs)))) as pool:
+            return list(pool.map(self._run_one, specs))
+
+    def _run_one(self, spec: ProbeSpec) -> ProbeOutput:
+        started = time.time()
+        pod = render_pod(spec)
+        namespace = pod.metadata.namespace
+        try:
+            created = self.core.create_namespaced_pod(namespace=namespace, body=pod)
+            name = created.metadata.name
+            deadline = started + spec.timeout_s + 600
+            phase = "Pending"
+            while time.time() < deadline:
+                phase = self.core.read_namespaced_pod(name=name, namespace=namespace).status.phase
+                if phase in ("Succeeded", "Failed"):
+                    break
+                time.sleep(POLL_S)
+            raw = self.core.read_namespaced_pod_log(name=name, namespace=namespace, container="base")
+            error = None if phase == "Succeeded" else f"pod {name} ended in phase {phase}"
+            if phase == "Succeeded":
+                self.core.delete_namespaced_pod(name=name, namespace=namespace)
+            return ProbeOutput(
+                spec.probe_key,
+                spec.node,
+                spec.tool,
+                raw or "",
+                0 if error is None else 1,
+                started,
+                time.time(),
+                error=error,
+                spec=spec.to_json(),
+            )
+        except Exception as exc:  # the harness broke: recorded as an `error` verdict for this node
+            return ProbeOutput(
+                spec.probe_key,
+                spec.node,
+                spec.tool,
+                "",
+                None,
+                started,
+                time.time(),
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                spec=spec.to_json(),
+            )
+
+    # --- node actions -----------------------------------------------------------------------
+    def cordon(self, node: str) -> None:
+        self.core.patch_node(node, {"spec": {"unschedulable": True}})
+
+    def uncordon(self, node: str) -> None:
+        self.core.patch_node(node, {"spec": {"unschedulable": False}})
+
+    def set_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        # A null value in a merge patch removes the label.
+        self.core.patch_node(node, {"metadata": {"labels": labels}})
+
+    def add_taint(self, node: str, key: str, value: str, effect: str) -> None:
+        current = self.core.read_node(node).spec.taints or []
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in current if t.key != key]
+        taints.append({"key": key, "value": value, "effect": effect})
+        self.core.patch_node(node, {"spec": {"taints": taints}})
+
+    def remove_taint(self, node: str, key: str) -> None:
+        current = self.core.read_node(node).spec.taints or []
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in current if t.key != key]
+        self.core.patch_node(node, {"spec": {"taints": taints}})

@@ -1,0 +1,94 @@
+"""Test session set-up: Airflow's environment before anything imports airflow, and the real
+PostgreSQL the store tests run against (FLEETVAL_TEST_DB_URL, or 127.0.0.1:5432 user postgres).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DAGS = ROOT / "dags"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+_home = pathlib.Path(os.environ.get("TEST_AIRFLOW_HOME") or ROOT / f".airflow-test-home-{os.getpid()}")
+shutil.rmtree(_home, ignore_errors=True)
+_home.mkdir(parents=True)
+os.environ["AIRFLOW_HOME"] = str(_home)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_home}/airflow.db"
+
+PG_ADMIN_URL = os.environ.get("FLEETVAL_TEST_DB_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(PG_ADMIN_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({exc.orig}). Start it (`make postgres`) "
+            "or set FLEETVAL_TEST_DB_URL to a server where the user may CREATE DATABASE."
+        )
+    finally:
+        engine.dispose()
+    return PG_ADMIN_URL
+
+
+def _fresh_pg_db(admin_url: str) -> Iterator[str]:
+    import sqlalchemy as sa
+
+    name = f"fleetval_test_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    yield from _fresh_pg_db(pg_server_url)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def db_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[str]:
+    """The store under test on the real PostgreSQL and on the SQLite default."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/fleetval.db"
+        return
+    request.getfixturevalue("pg_server_url")
+    yield from _fresh_pg_db(PG_ADMIN_URL)
+
+
+@pytest.fixture
+def store(db_url: str):  # type: ignore[no-untyped-def]
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+
+    engine = make_engine(db_url)
+    upgrade(engine)
+    yield Store(engine)
+    engine.dispose()
