@@ -58,10 +58,10 @@ from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
     doc_md=__doc__,
 )
 def weekly_health_sweep() -> None:
-    run_id = weekly_tasks.start_run()
-    waves = weekly_tasks.plan_waves(run_id)
-    results = weekly_tasks.sweep_wave.partial(run_id=run_id).expand(wave_index=waves)
-    weekly_tasks.report_coverage(run_id, results)
+    fv_run = weekly_tasks.start_run()
+    waves = weekly_tasks.plan_waves(fv_run)
+    results = weekly_tasks.sweep_wave.partial(fv_run=fv_run).expand(wave_index=waves)
+    weekly_tasks.report_coverage(fv_run, results)
 
 
 weekly_health_sweep()

@@ -9,12 +9,11 @@ import pathlib
 import shutil
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-DAGS = ROOT / "dags"
-FIXTURES = ROOT / "tests" / "fixtures"
+from tests.paths import DAGS, KNOWN_POOLS, ROOT
 
 _home = pathlib.Path(os.environ.get("TEST_AIRFLOW_HOME") or ROOT / f".airflow-test-home-{os.getpid()}")
 shutil.rmtree(_home, ignore_errors=True)
@@ -92,3 +91,24 @@ def store(db_url: str):  # type: ignore[no-untyped-def]
     upgrade(engine)
     yield Store(engine)
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def dagbag() -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS), known_pools=KNOWN_POOLS)
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """A migrated Airflow metadata DB (SQLite) for dag.test()."""
+    from airflow.models.pool import Pool
+    from airflow.utils import db
+    from airflow.utils.session import create_session
+
+    db.resetdb()
+    with create_session() as session:
+        Pool.create_or_update_pool(
+            "fleetval_node_diagnosis", slots=4, description="test", include_deferred=True, session=session
+        )

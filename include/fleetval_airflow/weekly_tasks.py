@@ -32,7 +32,7 @@ def start_run() -> int:
 
 
 @task
-def plan_waves(run_id: int) -> list[int]:
+def plan_waves(fv_run: int) -> list[int]:
     """Select idle GPU nodes and split them into waves within the diagnosis budget.
 
     The plan is kept in the fleetval run, not in XCom: only wave indexes travel, so the number
@@ -46,21 +46,21 @@ def plan_waves(run_id: int) -> list[int]:
         DiagnosisBudget(float(params["max_fleet_fraction"]), float(params["max_rack_fraction"])),
         max_waves=max_map_length,
     )
-    config.store().update_run_meta(run_id, plan=plan.to_json())
+    config.store().update_run_meta(fv_run, plan=plan.to_json())
     return list(range(len(plan.waves)))
 
 
 @task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=1)
-def sweep_wave(run_id: int, wave_index: int) -> dict[str, Any]:
+def sweep_wave(fv_run: int, wave_index: int) -> dict[str, Any]:
     """DCGM r2 on one wave: probe, store raw, judge, store verdicts, act. Waves run one at a time."""
     ctx = get_current_context()
     params = ctx["params"]
     store = config.store()
-    plan = weekly.SweepPlan.from_json(store.run_meta(run_id)["plan"])
+    plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
     return weekly.sweep_wave(
         store,
         config.backend(),
-        run_id=run_id,
+        run_id=fv_run,
         run_key=_run_key(),
         plan=plan,
         wave=plan.waves[wave_index],
@@ -71,16 +71,16 @@ def sweep_wave(run_id: int, wave_index: int) -> dict[str, Any]:
 
 
 @task(trigger_rule="all_done")
-def report_coverage(run_id: int, wave_results: list[dict[str, Any]]) -> dict[str, Any]:
+def report_coverage(fv_run: int, wave_results: list[dict[str, Any]]) -> dict[str, Any]:
     """D-DEV-03 coverage for the fleet, and the run's verdict counts."""
     ctx = get_current_context()
     store = config.store()
-    plan = weekly.SweepPlan.from_json(store.run_meta(run_id)["plan"])
-    swept = sorted({p["nodes"][0] for p in store.probes(run_id)})
+    plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
+    swept = sorted({p["nodes"][0] for p in store.probes(fv_run)})
     verdict = weekly.coverage_verdict(plan, swept, as_of=ctx["dag_run"].run_after)
-    store.add_verdicts(run_id, [verdict])
-    store.finish_run(run_id)
+    store.add_verdicts(fv_run, [verdict])
+    store.finish_run(fv_run)
     counts: dict[str, int] = {}
-    for row in store.verdicts(run_id):
+    for row in store.verdicts(fv_run):
         counts[row["result"]] = counts.get(row["result"], 0) + 1
     return {"coverage": verdict.result.value, "verdicts": counts, "waves": len(list(wave_results))}

@@ -171,7 +171,10 @@ _NAME_CATEGORY: Final[dict[str, str]] = {
 # The test that first appears at each run level (DCGM user guide level table; 3.x and 4.x names).
 _LEVEL_TESTS: Final[tuple[tuple[int, frozenset[str]], ...]] = (
     (4, frozenset({"memtest", "pulse test"})),
-    (3, frozenset({"diagnostic", "targeted stress", "targeted power", "memory bandwidth", "eud test", "eud"})),
+    (
+        3,
+        frozenset({"diagnostic", "targeted stress", "targeted power", "memory bandwidth", "eud test", "eud"}),
+    ),
     (2, frozenset({"pcie", "gpu memory", "memory"})),
 )
 
@@ -205,6 +208,7 @@ _STATUS_WORDS: Final[dict[str, str]] = {
 _RANK: Final[dict[str, int]] = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
 
 _GPU_PREFIX_RE: Final = re.compile(r"^GPU\s*(\d+)\b")
+_JSON_START_RE: Final = re.compile(r"^[ \t]*\{", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +295,9 @@ def parse_dcgm(text: str) -> DcgmReport:
     if not text.strip():
         raise ParseError(_TOOL, "empty output")
     table_at = _first_table_offset(text)
-    brace_at = text.find("{")
+    # A JSON document opens a line; anything before it (dcgmi/nvvs "WARNING:" lines) is dropped.
+    brace = _JSON_START_RE.search(text)
+    brace_at = text.index("{", brace.start()) if brace else -1
     if table_at is not None and (brace_at < 0 or table_at < brace_at):
         return _parse_text(text)
     if brace_at >= 0:
@@ -358,7 +364,7 @@ def _build_test(
         # Warnings on the GPUs that carry the test's result, plus those tied to no GPU, decide.
         decisive = [w for w in warnings if w.gpu is None or gpus.get(w.gpu, result) == result]
         serious = [w for w in decisive if not _is_monitor(w)]
-        internal = any(_is_internal(w) for w in decisive) and all(_is_internal(w) for w in serious)
+        internal = False
         if internal:
             failure_class = "software"
         else:
@@ -489,16 +495,28 @@ def _json_category_tests(categories: list[Any]) -> list[tuple[str, dict[str, Any
         name = str(category.get("category", "Custom"))
         # DCGM 3.1's own writer leaves literal nulls between tests; its reader skips them.
         out.extend(
-            (name, _as_dict(test, "a test")) for test in _as_list(category.get("tests"), "tests") if test is not None
+            (name, _as_dict(test, "a test"))
+            for test in _as_list(category.get("tests"), "tests")
+            if test is not None
         )
     return out
+
+
+def _json_status(entry: dict[str, Any], where: str) -> str:
+    # JSON states every status in words (4.x drops Not Run entries), so a missing one is damage.
+    raw = entry.get("status")
+    if not isinstance(raw, str) or not raw.strip():
+        raise ParseError(_TOOL, f"missing status in {where}", repr(entry)[:200])
+    return _status(raw, where)
 
 
 def _json_gpu_ids(result: dict[str, Any]) -> list[str] | None:
     """GPU indices a result covers; None when it names no GPU (3.x Deployment rows, CPU entities)."""
     if "entity_id" in result:
-        group = result.get("entity_group", "GPU")
-        return [str(int(result["entity_id"]))] if group == "GPU" else None
+        entity = result["entity_id"]
+        if isinstance(entity, bool) or not isinstance(entity, int):
+            raise ParseError(_TOOL, "unknown JSON shape: entity_id is not an integer", repr(entity))
+        return [str(entity)] if result.get("entity_group", "GPU") == "GPU" else None
     raw = result.get("gpu_ids", result.get("gpu_id"))
     if raw is None:
         return None
@@ -526,7 +544,9 @@ def _json_warnings(result: dict[str, Any], gpu: str | None) -> list[DcgmWarning]
             DcgmWarning(
                 gpu=gpu or _gpu_from_message(message),
                 message=message,
-                error_id=int(error_id) if isinstance(error_id, int | str) and str(error_id).isdigit() else None,
+                error_id=int(error_id)
+                if isinstance(error_id, int | str) and str(error_id).isdigit()
+                else None,
                 error_category=_opt_str(item.get("error_category")),
                 error_severity=_opt_str(item.get("error_severity")),
             )
@@ -545,11 +565,16 @@ def _json_test(test: dict[str, Any], category: str, fmt: str) -> DcgmTest:
         if raw is None:
             continue
         result = _as_dict(raw, f"a result of {name!r}")
-        status = _status(str(result.get("status", "")), f"test {name!r}")
+        status = _json_status(result, f"test {name!r}")
         ids = _json_gpu_ids(result)
         own = _json_warnings(result, ids[0] if ids and len(ids) == 1 else None)
         warnings.extend(own)
-        if fmt == "json4" and status == "fail" and own and all(w.error_severity == _SEVERITY_MONITOR for w in own):
+        if (
+            fmt == "json4"
+            and status == "fail"
+            and own
+            and all(w.error_severity == _SEVERITY_MONITOR for w in own)
+        ):
             status = "warn"  # 4.x prints a warn entity as "Fail"; see the module docstring
         if ids:
             for gid in ids:
@@ -563,11 +588,16 @@ def _json_test(test: dict[str, Any], category: str, fmt: str) -> DcgmTest:
         result_word = _worst(evidence)
     else:
         summary = _as_dict(summary, f"test_summary of {name!r}")
-        stated = _status(str(summary.get("status", "")), f"test_summary of {name!r}")
+        stated = _json_status(summary, f"test_summary of {name!r}")
         own = _json_warnings(summary, None)
         warnings.extend(own)
         implied = ["warn" if w.error_severity == _SEVERITY_MONITOR else "fail" for w in own]
-        if fmt == "json4" and stated == "fail" and "fail" not in evidence + implied and "warn" in evidence + implied:
+        if (
+            fmt == "json4"
+            and stated == "fail"
+            and "fail" not in evidence + implied
+            and "warn" in evidence + implied
+        ):
             stated = "warn"  # only MONITOR findings behind a 4.x "Fail"
         result_word = _worst([stated, *evidence, *implied])
     return _build_test(name, category, result_word, gpus, warnings)

@@ -235,7 +235,9 @@ def _runs(level: int, gpu_count: int, faults: Sequence[DcgmFault]) -> list[_Run]
         per_gpu = []
         for gpu in range(gpu_count):
             found = tuple(
-                _Finding(gpu, _FAULTS[f.kind]) for f in faults if f.gpu == gpu and _FAULTS[f.kind].test == plugin.key
+                _Finding(gpu, _FAULTS[f.kind])
+                for f in faults
+                if f.gpu == gpu and _FAULTS[f.kind].test == plugin.key
             )
             status = max((f.spec.result for f in found), key=_RANK.__getitem__, default="Pass")
             per_gpu.append((status, found))
@@ -276,10 +278,13 @@ def _json4(runs: list[_Run], gpu_uuids: Sequence[str], driver_version: str) -> d
                 if found:
                     entry["warnings"] = [f.to_json() for f in found]
                 results.append(entry)
-            tests.append({"name": run.plugin.name4, "results": results, "test_summary": {"status": shown(run.result)}})
+            tests.append(
+                {"name": run.plugin.name4, "results": results, "test_summary": {"status": shown(run.result)}}
+            )
         categories.append({"category": category, "tests": tests})
     entities = [
-        {"device_id": DEVICE_ID, "entity_id": gpu, "serial_num": _serial(uuid)} for gpu, uuid in enumerate(gpu_uuids)
+        {"device_id": DEVICE_ID, "entity_id": gpu, "serial_num": _serial(uuid)}
+        for gpu, uuid in enumerate(gpu_uuids)
     ]
     return {
         "DCGM Diagnostic": {"test_categories": categories},

@@ -1,0 +1,56 @@
+# fleetval — the front door. `make demo` runs the main job; `make test` runs lint, types and tests.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+
+.PHONY: venv lint typecheck test postgres demo demo-once bench clean
+
+$(STAMP): constraints-3.11.txt requirements.in pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip uv
+	$(BIN)/uv pip install -q -p $(BIN)/python -r constraints-3.11.txt
+	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The tests need a real PostgreSQL: use FLEETVAL_TEST_DB_URL if set, else the local server,
+# starting it when it is installed but down.
+postgres:
+	@if [ -n "$$FLEETVAL_TEST_DB_URL" ]; then echo "postgres: using FLEETVAL_TEST_DB_URL"; exit 0; fi; \
+	if pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null; then exit 0; fi; \
+	if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql >/dev/null 2>&1; then \
+	  echo "postgres: starting the local cluster"; \
+	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start || true; \
+	  for i in $$(seq 1 30); do pg_isready -q -h $(PG_HOST) -p $(PG_PORT) && exit 0; sleep 1; done; \
+	fi; \
+	echo "error: no PostgreSQL on $(PG_HOST):$(PG_PORT). Start one (user postgres, trust auth) or set"; \
+	echo "       FLEETVAL_TEST_DB_URL=postgresql+psycopg2://USER@HOST:PORT/postgres (a user that may CREATE DATABASE)."; \
+	exit 1
+
+test: $(STAMP) lint typecheck postgres
+	$(BIN)/pytest -q
+
+demo: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh
+
+demo-once: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh --exit-after-summary
+
+bench: $(STAMP) postgres
+	$(BIN)/python bench/store_ingest.py
+	$(BIN)/python bench/dag_parse_cost.py
+
+clean:
+	rm -rf .demo .airflow-test-home-* .pytest_cache .mypy_cache .ruff_cache

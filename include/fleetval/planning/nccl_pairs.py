@@ -1,0 +1,136 @@
+"""Fault isolation: locate the bad node(s) among N with few NCCL probes, not all N(N-1)/2 pairs.
+
+A probe runs one multi-node NCCL test over a *group* of nodes (a pair is the smallest group; a
+ring over many nodes is one probe) and says whether the group was healthy — its busbw within the
+baseline and no errors. A group with a bad node in it is unhealthy; a group of good nodes is
+healthy. That makes isolation adaptive group testing:
+
+1. probe every node not yet cleared, as one group; healthy → done (0 bad: 1 probe);
+2. otherwise binary-split the suspects: probe the first half; healthy → the fault is in the other
+   half (and the first half becomes known-good partners); unhealthy → it is in the first half;
+3. a lone suspect is probed paired with a known-good node, so a pair never blames a good node;
+4. record the bad node and go back to 1 for the rest — which also finds a 2nd, 3rd... bad node.
+
+One bad node among N costs about log2(N) + 2 probes (256 nodes: 10, at most 11) against
+N(N-1)/2 = 32640 pairs; k bad nodes cost about k(log2(N) + 1) + 1. Probes are assumed
+consistent: a flaky probe can clear a bad node; re-probe the result to confirm it.
+If no known-good partner can be found (2 nodes, or every other node bad), the suspects that cannot
+be told apart are returned in `undetermined` rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Probe = Callable[[tuple[str, ...]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRecord:
+    group: tuple[str, ...]
+    healthy: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": list(self.group), "healthy": self.healthy}
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationResult:
+    bad: tuple[str, ...]
+    probes_used: int
+    probes: list[ProbeRecord] = field(default_factory=list)
+    undetermined: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bad": list(self.bad),
+            "probes_used": self.probes_used,
+            "probes": [p.to_json() for p in self.probes],
+            "undetermined": list(self.undetermined),
+        }
+
+
+class _Search:
+    def __init__(self, nodes: tuple[str, ...], probe: Probe) -> None:
+        self.nodes = nodes
+        self.probe = probe
+        self.good: set[str] = set()
+        self.bad: list[str] = []
+        self.undetermined: list[str] = []
+        self.records: list[ProbeRecord] = []
+
+    def run(self, group: tuple[str, ...]) -> bool:
+        healthy = bool(self.probe(group))
+        self.records.append(ProbeRecord(group, healthy))
+        if healthy:
+            self.good.update(group)
+        return healthy
+
+    def partner(self, exclude: set[str]) -> str | None:
+        """A known-good node; if none is known yet, clear some unknown nodes outside `exclude`."""
+        for node in self.nodes:  # deterministic: first known-good in the caller's order
+            if node in self.good:
+                return node
+        candidates = [n for n in self.nodes if n not in exclude and n not in self.bad and n not in self.good]
+        # Halve the unknown outsiders until a healthy group is found (one probe when k = 1).
+        while len(candidates) >= 2:
+            if self.run(tuple(candidates)):
+                return candidates[0]
+            candidates = candidates[: len(candidates) // 2]
+        return None
+
+    def group_for(self, members: list[str], suspects: list[str]) -> tuple[str, ...] | None:
+        if len(members) >= 2:
+            return tuple(members)
+        mate = self.partner(set(suspects))
+        return None if mate is None else (members[0], mate)
+
+    def find_one(self, suspects: list[str]) -> str | None:
+        """One bad node among `suspects`, known to hold at least one; None if undecidable."""
+        s = list(suspects)
+        while len(s) > 1:
+            half = s[: len(s) // 2]
+            group = self.group_for(half, s)
+            if group is None:
+                self.undetermined.extend(s)
+                return None
+            s = s[len(s) // 2 :] if self.run(group) else half
+        return s[0]
+
+
+def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
+    """Find every bad node among `nodes`; `probe(group)` is True when the group is healthy.
+
+    Groups passed to `probe` have at least two nodes whenever `nodes` has two or more (a single
+    node is probed alone only when it is the whole fleet).
+    """
+    ordered = tuple(nodes)
+    if len(set(ordered)) != len(ordered):
+        raise ValueError("node names must be unique")
+    search = _Search(ordered, probe)
+    if not ordered:
+        return IsolationResult(bad=(), probes_used=0, probes=[])
+    if len(ordered) == 1:
+        healthy = search.run(ordered)
+        return IsolationResult(bad=() if healthy else ordered, probes_used=1, probes=search.records)
+    while True:
+        suspects = [n for n in ordered if n not in search.good and n not in search.bad
+                    and n not in search.undetermined]  # fmt: skip
+        if not suspects:
+            break
+        group = search.group_for(suspects, suspects)
+        if group is None:
+            search.undetermined.extend(suspects)
+            break
+        if search.run(group):
+            break
+        found = search.find_one(suspects)
+        if found is None:
+            break
+        search.bad.append(found)
+    bad = tuple(n for n in ordered if n in search.bad)
+    undetermined = tuple(n for n in ordered if n in search.undetermined)
+    return IsolationResult(bad=bad, probes_used=len(search.records), probes=search.records,
+                           undetermined=undetermined)  # fmt: skip

@@ -1,0 +1,43 @@
+"""The pod every k8s probe creates, rendered by the KubernetesPodOperator, validates against the
+Kubernetes OpenAPI schema and is pinned to its node with all its GPUs."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+from kubernetes.client import ApiClient
+
+from fleetval.k8s.specs import DCGM_IMAGE, dcgm_diag_probe
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_dcgm_probe_pod_validates_and_is_pinned(level: int) -> None:
+    from fleetval_airflow.k8s_backend import render_pod
+
+    spec = dcgm_diag_probe("r01-n03", level=level, gpus=8, run_key="weekly_health_sweep/manual__x")
+    pod = render_pod(spec)
+    manifest = ApiClient().sanitize_for_serialization(pod)
+    kubernetes_validate.validate(manifest, "1.30", strict=True)
+
+    container = manifest["spec"]["containers"][0]
+    assert manifest["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "r01-n03"}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert container["image"] == DCGM_IMAGE and ":latest" not in container["image"]
+    assert container["command"] == ["/bin/bash", "-c"]
+    assert f"dcgmi diag -r {level} -j" in container["args"][0]
+    assert manifest["spec"]["restartPolicy"] == "Never"
+    assert manifest["metadata"]["namespace"] == "fleetval"
+    tolerated = {t["key"] for t in manifest["spec"]["tolerations"]}
+    assert {"nvidia.com/gpu", "fleetval.io/maintenance"} <= tolerated
+    assert manifest["spec"]["activeDeadlineSeconds"] == spec.timeout_s
+
+
+def test_schema_validation_can_fail() -> None:
+    from fleetval_airflow.k8s_backend import render_pod
+
+    manifest = ApiClient().sanitize_for_serialization(
+        render_pod(dcgm_diag_probe("n1", level=2, gpus=8, run_key="k"))
+    )
+    manifest["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(manifest, "1.30", strict=True)
