@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fleetval.errors import FleetvalError, ParseError
 
@@ -119,6 +119,57 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_load(args: argparse.Namespace) -> int:
+    from fleetval.sim.cluster import SimCluster
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+
+    spec = load_fleet_spec(_read(args.fleet))
+    engine = make_engine(args.db)
+    upgrade(engine)
+    cluster = SimCluster.load(engine, spec, reset=args.reset)
+    _emit({"fleet": spec.name, "nodes": len(cluster.list_nodes()), "faults": len(spec.faults)})
+    return 0
+
+
+def cmd_verdicts(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from fleetval.store.engine import make_engine
+    from fleetval.store.models import Run
+    from fleetval.store.repository import Store
+
+    store = Store(make_engine(args.db))
+    with store.engine.connect() as conn:
+        query = select(Run.id, Run.run_key).order_by(Run.id.desc())
+        if args.run_key:
+            query = query.where(Run.run_key == args.run_key)
+        run = conn.execute(query.limit(1)).first()
+    if run is None:
+        raise FleetvalError("no such run in the store" if args.run_key else "the store holds no runs yet")
+    rows = store.verdicts(run.id)
+    if args.format == "json":
+        _emit({"run_id": run.id, "run_key": run.run_key, "verdicts": [_verdict_json(v) for v in rows]})
+        return 0
+    shown = [r for r in rows if args.all or r["criterion"] != "D-DEV-04" or r["result"] != "pass"]
+    header = ("subject", "criterion", "result", "action")
+    table = [header] + [(r["subject"], r["criterion"], r["result"], r["action"]) for r in shown]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    print(f"run {run.run_key}")
+    for row in table:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    hidden = len(rows) - len(shown)
+    print(
+        ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        + (f" ({hidden} passing GPU records not shown)" if hidden else "")
+    )
+    return 0
+
+
 def cmd_criteria(_args: argparse.Namespace) -> int:
     from fleetval.criteria import CATALOG_VERSION, CRITERIA
 
@@ -151,11 +202,15 @@ def _verdict_json(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in keys}
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fleetval", description="GPU-fleet validation: parse, judge, simulate."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="fleetval", description="GPU-fleet validation: parse, judge, simulate.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p_parse = sub.add_parser("parse", help="parse a tool's raw output into JSON")
     p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid"])
@@ -195,6 +250,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--max-action-fraction", type=float, default=0.25)
     p_run.set_defaults(func=cmd_sim_run)
 
+    p_load = sim_sub.add_parser("load", help="load a fleet spec into the simulated cluster")
+    p_load.add_argument("fleet")
+    p_load.add_argument("--db", required=True)
+    p_load.add_argument(
+        "--reset", action="store_true", help="reset cluster state (cordons, labels) from the spec"
+    )
+    p_load.set_defaults(func=cmd_sim_load)
+
+    p_ver = sub.add_parser("verdicts", help="show the verdicts of a run (default: the latest)")
+    p_ver.add_argument("--db", required=True)
+    p_ver.add_argument("--run-key")
+    p_ver.add_argument("--format", choices=["table", "json"], default="table")
+    p_ver.add_argument("--all", action="store_true", help="table: include passing per-GPU records")
+    p_ver.set_defaults(func=cmd_verdicts)
+
     p_crit = sub.add_parser("criteria", help="list the criteria catalog")
     p_crit.set_defaults(func=cmd_criteria)
     return parser
@@ -204,8 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed usage
-        return int(exc.code or 0) if exc.code != 2 else EXIT_USAGE
+    except SystemExit as exc:  # --help (0) or a usage error already reported on one line
+        return int(exc.code or 0)
     try:
         return int(args.func(args))
     except (FleetvalError, ValueError, KeyError) as exc:

@@ -33,7 +33,7 @@ class PlannedAction:
 
 
 # Policy action → operations, in order. ("label", key, value) with value None removes the label.
-OPERATIONS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+OPERATIONS: Final[dict[str, tuple[tuple[str | None, ...], ...]]] = {
     nh.NONE: (("label", HEALTH_LABEL, "ok"),),
     nh.FLAG: (("label", HEALTH_LABEL, "warn"),),
     nh.RERUN: (("label", HEALTH_LABEL, "rerun-needed"),),
@@ -138,12 +138,12 @@ def apply_actions(
     return alerts
 
 
-def _describe(op: tuple[str, ...]) -> tuple[str, str]:
-    kind = op[0]
+def _describe(op: tuple[str | None, ...]) -> tuple[str, str]:
+    kind = str(op[0])
     if kind == "label":
-        return ("label" if op[2] is not None else "unlabel"), op[1]
+        return ("label" if op[2] is not None else "unlabel"), str(op[1])
     if kind in ("taint", "untaint"):
-        return kind, op[1]
+        return kind, str(op[1])
     return kind, "node"
 
 

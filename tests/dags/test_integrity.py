@@ -12,8 +12,14 @@ import pytest
 from tests.paths import DAGS, KNOWN_POOLS, ROOT
 
 EXPECTED_DAGS = {"weekly_health_sweep"}
-ALLOWED_TAGS = {"layer:device", "layer:network", "schedule:weekly", "schedule:event", "schedule:manual",
-                "owner:fleet-validation"}
+ALLOWED_TAGS = {
+    "layer:device",
+    "layer:network",
+    "schedule:weekly",
+    "schedule:event",
+    "schedule:manual",
+    "owner:fleet-validation",
+}
 
 
 def test_no_import_errors(dagbag: Any) -> None:
@@ -88,7 +94,12 @@ def test_dag_files_do_no_io_at_parse_time() -> None:
     )
     files = sorted(str(p) for p in DAGS.glob("*.py"))
     env_cmd = [sys.executable, "-c", probe, *files]
-    out = subprocess.run(env_cmd, capture_output=True, text=True, cwd=ROOT,
-                         env={**__import__("os").environ, "AIRFLOW_CONN_FLEETVAL_DB": "postgresql://nowhere:1/x"})
+    out = subprocess.run(
+        env_cmd,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, "AIRFLOW_CONN_FLEETVAL_DB": "postgresql://nowhere:1/x"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")

@@ -20,7 +20,12 @@ from fleetval.store.repository import Store
 from tests.paths import ROOT
 
 DEMO = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
-DCGM_FAULTS = {"r01-n03": ("fail", "5"), "r01-n07": ("fail", "1"), "r02-n02": ("fail", "0"), "r02-n05": ("warn", "3")}
+DCGM_FAULTS = {
+    "r01-n03": ("fail", "5"),
+    "r01-n07": ("fail", "1"),
+    "r02-n02": ("fail", "0"),
+    "r02-n05": ("warn", "3"),
+}
 
 
 @pytest.fixture
@@ -29,7 +34,9 @@ def sim_fleet(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[St
     upgrade(engine)
     cluster = SimCluster.load(engine, load_fleet_spec(DEMO.read_text()))
     cluster.set_gpu_pods("r01-n01", 2)  # a busy node: not idle, so not swept
-    monkeypatch.setenv("AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
+    )
     monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
     monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "demo")
     yield Store(engine), cluster
@@ -41,13 +48,19 @@ def _run(dagbag: Any, conf: dict[str, Any]) -> Any:
     return dag.test(run_conf=conf)
 
 
-def test_weekly_sweep_catches_every_dcgm_fault(airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]) -> None:
+def test_weekly_sweep_catches_every_dcgm_fault(
+    airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]
+) -> None:
     store, cluster = sim_fleet
-    dag_run = _run(dagbag, {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "max_action_fraction": 0.25})
+    dag_run = _run(
+        dagbag, {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "max_action_fraction": 0.25}
+    )
     assert dag_run.state == "success"
 
     rows = store.verdicts()
-    node_verdicts = {r["subject"]: r for r in rows if r["criterion"] == "D-DEV-03" and r["subject"] != "cluster"}
+    node_verdicts = {
+        r["subject"]: r for r in rows if r["criterion"] == "D-DEV-03" and r["subject"] != "cluster"
+    }
     assert "r01-n01" not in node_verdicts  # busy
     swept = {n.name for n in cluster.list_nodes()} - {"r01-n01"}
     assert set(node_verdicts) == swept
@@ -57,7 +70,11 @@ def test_weekly_sweep_catches_every_dcgm_fault(airflow_db: None, dagbag: Any, si
 
     gpu_records = [r for r in rows if r["criterion"] == "D-DEV-04"]
     assert len(gpu_records) == 8 * len(swept)
-    bad = {(r["evidence"]["node"], r["evidence"]["gpu_index"]): r["result"] for r in gpu_records if r["result"] != "pass"}
+    bad = {
+        (r["evidence"]["node"], r["evidence"]["gpu_index"]): r["result"]
+        for r in gpu_records
+        if r["result"] != "pass"
+    }
     assert bad == {(n, gpu): result for n, (result, gpu) in DCGM_FAULTS.items()}
     for r in gpu_records:
         assert r["subject"] == cluster.gpu_uuids(r["evidence"]["node"])[int(r["evidence"]["gpu_index"])]
@@ -80,7 +97,7 @@ def test_weekly_sweep_catches_every_dcgm_fault(airflow_db: None, dagbag: Any, si
 
     # A retry of the whole sweep under the same run key adds nothing.
     counts = (store.count(VerdictRow), store.count(Probe), store.count(NodeEvent))
-    from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
+    from fleetval.policy.blast_radius import ActionBudget
     from fleetval.suites import weekly
 
     run = next(r for r in rows if r["subject"] == "cluster")["run_id"]
@@ -88,16 +105,34 @@ def test_weekly_sweep_catches_every_dcgm_fault(airflow_db: None, dagbag: Any, si
     cluster.uncordon("r01-n03")  # state changed since; the run key still identifies the same sweep
     plan = weekly.SweepPlan.from_json(store.run_meta(run)["plan"])
     for wave in plan.waves:
-        weekly.sweep_wave(store, cluster, run_id=run, run_key=run_key, plan=plan, wave=wave,
-                          action_budget=ActionBudget(0.25, 0.5), dry_run=False, as_of=dt.datetime.now(dt.UTC))
+        weekly.sweep_wave(
+            store,
+            cluster,
+            run_id=run,
+            run_key=run_key,
+            plan=plan,
+            wave=wave,
+            action_budget=ActionBudget(0.25, 0.5),
+            dry_run=False,
+            as_of=dt.datetime.now(dt.UTC),
+        )
     assert (store.count(VerdictRow), store.count(Probe), store.count(NodeEvent)) == counts
 
 
-def test_dry_run_and_circuit_breaker(airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]) -> None:
+def test_dry_run_and_circuit_breaker(
+    airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]
+) -> None:
     store, cluster = sim_fleet
     # Three r2 failures but room to cordon one node (1/16 of the fleet): two alerts instead.
-    dag_run = _run(dagbag, {"dry_run": True, "max_fleet_fraction": 0.25, "max_rack_fraction": 0.5,
-                            "max_action_fraction": 0.0625})
+    dag_run = _run(
+        dagbag,
+        {
+            "dry_run": True,
+            "max_fleet_fraction": 0.25,
+            "max_rack_fraction": 0.5,
+            "max_action_fraction": 0.0625,
+        },
+    )
     assert dag_run.state == "success"
     assert not any(n.unschedulable for n in cluster.list_nodes())  # dry run: nothing touched
     events = store.node_events()

@@ -364,7 +364,7 @@ def _build_test(
         # Warnings on the GPUs that carry the test's result, plus those tied to no GPU, decide.
         decisive = [w for w in warnings if w.gpu is None or gpus.get(w.gpu, result) == result]
         serious = [w for w in decisive if not _is_monitor(w)]
-        internal = False
+        internal = any(_is_internal(w) for w in decisive) and all(_is_internal(w) for w in serious)
         if internal:
             failure_class = "software"
         else:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 
 from fleetval.backends import NodeInfo, ProbeOutput
 from fleetval.errors import SpecError
@@ -70,9 +70,9 @@ class SimCluster:
             if existing is not None and existing == spec.raw and not reset:
                 return cls(engine, spec.name)
             if existing is not None:
-                conn.execute(SimNode.__table__.delete().where(SimNode.fleet == spec.name))
-                conn.execute(SimFleet.__table__.delete().where(SimFleet.name == spec.name))
-            conn.execute(SimFleet.__table__.insert().values(name=spec.name, seed=spec.seed, spec=spec.raw))
+                conn.execute(delete(SimNode).where(SimNode.fleet == spec.name))
+                conn.execute(delete(SimFleet).where(SimFleet.name == spec.name))
+            conn.execute(insert(SimFleet).values(name=spec.name, seed=spec.seed, spec=spec.raw))
             rows = []
             for node, rack in spec.nodes():
                 profile = spec.profiles[rack.profile]
@@ -95,7 +95,7 @@ class SimCluster:
                     }
                 )
             for start in range(0, len(rows), 2000):
-                conn.execute(SimNode.__table__.insert(), rows[start : start + 2000])
+                conn.execute(insert(SimNode), rows[start : start + 2000])
         return cls(engine, spec.name)
 
     # --- inventory --------------------------------------------------------------------------

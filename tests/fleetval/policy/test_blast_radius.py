@@ -16,11 +16,14 @@ def _fleet(racks: int, per_rack: int) -> tuple[list[str], dict[str, str], dict[s
     return nodes, rack_of, dict(Counter(rack_of.values()))
 
 
-@pytest.mark.parametrize(("racks", "per_rack", "fleet_frac", "rack_frac"),
-                         [(2, 8, 0.25, 0.5), (16, 8, 0.10, 0.25), (512, 32, 0.10, 0.25), (3, 5, 0.5, 1.0)],
-                         ids=["demo", "small", "16k-nodes", "uneven"])
-def test_waves_respect_budget_and_cover_every_node_once(racks: int, per_rack: int, fleet_frac: float,
-                                                        rack_frac: float) -> None:
+@pytest.mark.parametrize(
+    ("racks", "per_rack", "fleet_frac", "rack_frac"),
+    [(2, 8, 0.25, 0.5), (16, 8, 0.10, 0.25), (512, 32, 0.10, 0.25), (3, 5, 0.5, 1.0)],
+    ids=["demo", "small", "16k-nodes", "uneven"],
+)
+def test_waves_respect_budget_and_cover_every_node_once(
+    racks: int, per_rack: int, fleet_frac: float, rack_frac: float
+) -> None:
     nodes, rack_of, sizes = _fleet(racks, per_rack)
     budget = DiagnosisBudget(fleet_frac, rack_frac)
     waves = plan_waves(nodes, rack_of, fleet_size=len(nodes), rack_sizes=sizes, budget=budget, max_waves=1024)
@@ -33,15 +36,23 @@ def test_waves_respect_budget_and_cover_every_node_once(racks: int, per_rack: in
 
 def test_16k_nodes_fit_max_map_length() -> None:
     nodes, rack_of, sizes = _fleet(512, 32)
-    waves = plan_waves(nodes, rack_of, fleet_size=len(nodes), rack_sizes=sizes,
-                       budget=DiagnosisBudget(0.10, 0.25), max_waves=1024)
+    waves = plan_waves(
+        nodes,
+        rack_of,
+        fleet_size=len(nodes),
+        rack_sizes=sizes,
+        budget=DiagnosisBudget(0.10, 0.25),
+        max_waves=1024,
+    )
     assert len(nodes) == 16384 and len(waves) < 1024
 
 
 def test_too_many_waves_is_a_clear_error() -> None:
     nodes, rack_of, sizes = _fleet(4, 4)
     with pytest.raises(SpecError, match="raise the budget"):
-        plan_waves(nodes, rack_of, fleet_size=16, rack_sizes=sizes, budget=DiagnosisBudget(0.01, 0.01), max_waves=3)
+        plan_waves(
+            nodes, rack_of, fleet_size=16, rack_sizes=sizes, budget=DiagnosisBudget(0.01, 0.01), max_waves=3
+        )
 
 
 @pytest.mark.parametrize("value", [0.0, -0.1, 1.5])

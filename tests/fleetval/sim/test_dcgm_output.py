@@ -257,7 +257,9 @@ def test_text_table_uses_dcgmis_frame(major: int) -> None:
 
 def test_dcgm4_prints_warn_only_on_the_text_test_line() -> None:
     doc = json.loads(render(level=2, faults=(DcgmFault(2, "thermal_warn"),), major=4))
-    (memory,) = (t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory")
+    (memory,) = (
+        t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory"
+    )
     assert memory["results"][2]["status"] == "Fail"
     assert memory["test_summary"]["status"] == "Fail"
     text = render(level=2, faults=(DcgmFault(2, "thermal_warn"),), major=4, fmt="text")

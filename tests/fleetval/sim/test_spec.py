@@ -40,12 +40,37 @@ def test_design_example_loads() -> None:
 
 def test_every_design_fault_kind_is_known() -> None:
     design_kinds = {
-        "dcgm.memory", "dcgm.pcie", "dcgm.nvlink", "dcgm.thermal_warn", "xid", "nccl.nvlink_degraded",
-        "nccl.socket_fallback", "nccl.flaky", "nccl.errors", "nccl.hang", "nccl.wrong", "mig.slow_advertise",
-        "mig.bad_combo_accepted", "mig.memory_leak", "mig.process_visible", "mig.billing_as_gpu",
-        "mig.reconfig_while_busy", "ts.undisclosed", "op.operand_down", "op.gpu_count_wrong", "op.isolation_leak",
-        "op.upgrade_no_drain", "kueue.no_reclaim", "kueue.no_borrowing", "kueue.partial_gang", "kueue.wrong_reason",
-        "ckpt.non_atomic", "ckpt.missing_optimizer", "ckpt.skip_step", "ckpt.no_sigterm_save", "ckpt.slow_save",
+        "dcgm.memory",
+        "dcgm.pcie",
+        "dcgm.nvlink",
+        "dcgm.thermal_warn",
+        "xid",
+        "nccl.nvlink_degraded",
+        "nccl.socket_fallback",
+        "nccl.flaky",
+        "nccl.errors",
+        "nccl.hang",
+        "nccl.wrong",
+        "mig.slow_advertise",
+        "mig.bad_combo_accepted",
+        "mig.memory_leak",
+        "mig.process_visible",
+        "mig.billing_as_gpu",
+        "mig.reconfig_while_busy",
+        "ts.undisclosed",
+        "op.operand_down",
+        "op.gpu_count_wrong",
+        "op.isolation_leak",
+        "op.upgrade_no_drain",
+        "kueue.no_reclaim",
+        "kueue.no_borrowing",
+        "kueue.partial_gang",
+        "kueue.wrong_reason",
+        "ckpt.non_atomic",
+        "ckpt.missing_optimizer",
+        "ckpt.skip_step",
+        "ckpt.no_sigterm_save",
+        "ckpt.slow_save",
         "ckpt.no_integrity_check",
     }
     assert design_kinds == set(FAULT_KINDS)
@@ -54,7 +79,10 @@ def test_every_design_fault_kind_is_known() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("faults", [{"node": "r01-n03", "kind": "dcgm.melted", "gpu": 1}]), "unknown fault kind 'dcgm.melted'"),
+        (
+            ("faults", [{"node": "r01-n03", "kind": "dcgm.melted", "gpu": 1}]),
+            "unknown fault kind 'dcgm.melted'",
+        ),
         (("faults", [{"node": "r09-n01", "kind": "dcgm.memory", "gpu": 1}]), "unknown node 'r09-n01'"),
         (("faults", [{"node": "r01-n01", "kind": "dcgm.memory", "gpu": 8}]), "gpu must be 0..7"),
         (("faults", [{"node": "r01-n01", "kind": "dcgm.memory"}]), "missing \\['gpu'\\]"),
@@ -66,9 +94,19 @@ def test_every_design_fault_kind_is_known() -> None:
         (("racks", []), "'racks' must be a non-empty list"),
         (("seed", "forty-two"), "'seed' must be int"),
     ],
-    ids=["unknown-kind", "unknown-node", "gpu-out-of-range", "missing-param", "unknown-param",
-         "cluster-fault-with-node", "node-fault-without-node", "unknown-profile", "empty-rack", "no-racks",
-         "bad-seed"],
+    ids=[
+        "unknown-kind",
+        "unknown-node",
+        "gpu-out-of-range",
+        "missing-param",
+        "unknown-param",
+        "cluster-fault-with-node",
+        "node-fault-without-node",
+        "unknown-profile",
+        "empty-rack",
+        "no-racks",
+        "bad-seed",
+    ],
 )
 def test_bad_specs_are_clear_errors(edit: tuple[str, object], message: str) -> None:
     data = yaml.safe_load(DESIGN_EXAMPLE)
@@ -77,8 +115,9 @@ def test_bad_specs_are_clear_errors(edit: tuple[str, object], message: str) -> N
         load_fleet_spec(data)
 
 
-@pytest.mark.parametrize("text", ["", "just a string", "name: [unclosed", "- a\n- b"],
-                         ids=["empty", "scalar", "bad-yaml", "list"])
+@pytest.mark.parametrize(
+    "text", ["", "just a string", "name: [unclosed", "- a\n- b"], ids=["empty", "scalar", "bad-yaml", "list"]
+)
 def test_garbage_is_a_spec_error(text: str) -> None:
     with pytest.raises(SpecError):
         load_fleet_spec(text)

@@ -14,15 +14,26 @@ from fleetval.store.models import Measurement, NodeEvent, Probe, Run, VerdictRow
 from fleetval.store.repository import MeasurementIn, ProbeIn, Store
 
 VERDICT = Verdict(
-    "D-DEV-03", "r01-n01", Result.FAIL, "cordon_quarantine_schedule_r3", "dev.weekly.fail", "r2 failed",
-    {"findings": [{"test": "memory", "gpus": ["5"]}]}, {"policy_version": "node-health/test"},
+    "D-DEV-03",
+    "r01-n01",
+    Result.FAIL,
+    "cordon_quarantine_schedule_r3",
+    "dev.weekly.fail",
+    "r2 failed",
+    {"findings": [{"test": "memory", "gpus": ["5"]}]},
+    {"policy_version": "node-health/test"},
 )
 
 
-def _probe(key: str, node: str, raw: str = "{\"DCGM Diagnostic\": {}}\n", n_measurements: int = 3) -> ProbeIn:
+def _probe(key: str, node: str, raw: str = '{"DCGM Diagnostic": {}}\n', n_measurements: int = 3) -> ProbeIn:
     return ProbeIn(
-        probe_key=key, tool="dcgm", raw=raw, nodes=(node,),
-        measurements=tuple(MeasurementIn(node, "dcgm.test_result", float(i), gpu=str(i)) for i in range(n_measurements)),
+        probe_key=key,
+        tool="dcgm",
+        raw=raw,
+        nodes=(node,),
+        measurements=tuple(
+            MeasurementIn(node, "dcgm.test_result", float(i), gpu=str(i)) for i in range(n_measurements)
+        ),
         verdicts=(dataclasses.replace(VERDICT, subject=node),),
     )
 
@@ -50,7 +61,7 @@ def test_ingest_twice_never_duplicates(store: Store) -> None:
 
 def test_raw_output_is_kept_verbatim_with_its_hash(store: Store) -> None:
     run_id = store.ensure_run("r", suite="weekly", backend="sim")
-    raw = "WARNING: not json\n{\"a\":\t\"tab\\u00e9\"}\r\nback\\slash\n"
+    raw = 'WARNING: not json\n{"a":\t"tab\\u00e9"}\r\nback\\slash\n'
     store.ingest(run_id, [_probe("r/p", "n1", raw=raw)])
     [row] = store.probes(run_id)
     assert store.probe_raw(row["id"]) == raw
@@ -78,14 +89,22 @@ def test_attach_to_unknown_probe_is_an_error(store: Store) -> None:
 
 def test_node_events_are_idempotent_per_key(store: Store) -> None:
     assert store.record_node_event("run/n1/cordon", node="n1", kind="cordon", reason="r2 fail", dry_run=False)
-    assert not store.record_node_event("run/n1/cordon", node="n1", kind="cordon", reason="r2 fail", dry_run=False)
+    assert not store.record_node_event(
+        "run/n1/cordon", node="n1", kind="cordon", reason="r2 fail", dry_run=False
+    )
     assert store.count(NodeEvent) == 1
     assert store.node_events("n1")[0]["kind"] == "cordon"
 
 
 def test_baselines_version_and_promote_atomically(store: Store) -> None:
-    kwargs = {"profile": "h100-sxm-ndr", "metric": "nccl.busbw", "scope": "intra-8", "unit": "GB/s",
-              "stats": {"n": 3}, "source": {"runs": [1]}}
+    kwargs = {
+        "profile": "h100-sxm-ndr",
+        "metric": "nccl.busbw",
+        "scope": "intra-8",
+        "unit": "GB/s",
+        "stats": {"n": 3},
+        "source": {"runs": [1]},
+    }
     first, v1 = store.add_baseline_candidate(value=480.0, **kwargs)  # type: ignore[arg-type]
     assert store.promoted_baseline(profile="h100-sxm-ndr", metric="nccl.busbw", scope="intra-8") is None
     store.promote_baseline(first)
