@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import get_current_context, task
-from airflow.sdk.configuration import conf
 
-from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
-from fleetval.suites import weekly
-from fleetval_airflow import config
 from fleetval_airflow.defaults import Pool
+
+# fleetval (SQLAlchemy, parsers, judges) is imported inside the tasks: the DAG processor parses
+# this module on every cycle and never runs a task.
 
 
 def _run_key() -> str:
@@ -21,6 +20,8 @@ def _run_key() -> str:
 @task
 def start_run() -> int:
     """Create (or find, on a retry) the fleetval run for this DAG run."""
+    from fleetval_airflow import config
+
     ctx = get_current_context()
     params = ctx["params"]
     return config.store().ensure_run(
@@ -38,6 +39,12 @@ def plan_waves(fv_run: int) -> list[int]:
     The plan is kept in the fleetval run, not in XCom: only wave indexes travel, so the number
     of mapped tasks is the number of waves, not of nodes.
     """
+    from airflow.sdk.configuration import conf
+
+    from fleetval.policy.blast_radius import DiagnosisBudget
+    from fleetval.suites import weekly
+    from fleetval_airflow import config
+
     ctx = get_current_context()
     params = ctx["params"]
     max_map_length = conf.getint("core", "max_map_length", fallback=1024)
@@ -53,6 +60,10 @@ def plan_waves(fv_run: int) -> list[int]:
 @task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=1)
 def sweep_wave(fv_run: int, wave_index: int) -> dict[str, Any]:
     """DCGM r2 on one wave: probe, store raw, judge, store verdicts, act. Waves run one at a time."""
+    from fleetval.policy.blast_radius import ActionBudget
+    from fleetval.suites import weekly
+    from fleetval_airflow import config
+
     ctx = get_current_context()
     params = ctx["params"]
     store = config.store()
@@ -73,6 +84,9 @@ def sweep_wave(fv_run: int, wave_index: int) -> dict[str, Any]:
 @task(trigger_rule="all_done")
 def report_coverage(fv_run: int, wave_results: list[dict[str, Any]]) -> dict[str, Any]:
     """D-DEV-03 coverage for the fleet, and the run's verdict counts."""
+    from fleetval.suites import weekly
+    from fleetval_airflow import config
+
     ctx = get_current_context()
     store = config.store()
     plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
