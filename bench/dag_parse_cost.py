@@ -26,12 +26,16 @@ def timed(code: str, env: dict[str, str]) -> float:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "AIRFLOW_HOME": home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-               "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags")}
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": home,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        }
         subprocess.run([sys.executable, "-c", "import airflow.sdk"], check=True, env=env, capture_output=True)
         files = sorted(str(p) for p in (ROOT / "dags").glob("*.py"))
         bare = timed("import airflow.sdk", env)
-        parse_all = timed("import runpy, sys\nfor f in %r: runpy.run_path(f)" % files, env)
+        parse_all = timed(f"import runpy\nfor f in {files!r}: runpy.run_path(f)", env)
     print(f"bare `import airflow.sdk`: {bare:.2f}s (median of {RUNS})")
     print(f"all {len(files)} DAG files:     {parse_all:.2f}s (median of {RUNS})")
     print(f"DAG parse cost over bare import: {parse_all - bare:+.2f}s (target <= +0.5 s)")

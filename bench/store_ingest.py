@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import datetime as dt
+import io
 import time
 import uuid
 
@@ -43,8 +43,9 @@ def node_results(n_nodes: int) -> list[tuple[str, list, list]]:
     templates = []
     for faults in ([], [DcgmFault(gpu=5, kind="memory")], [DcgmFault(gpu=3, kind="thermal_warn")]):
         uuids = [gpu_uuid(1, "tmpl", i) for i in range(8)]
-        report = parse_dcgm(render_dcgm(level=2, gpu_count=8, gpu_uuids=uuids, driver_version="570.133.20",
-                                        faults=faults))
+        report = parse_dcgm(
+            render_dcgm(level=2, gpu_count=8, gpu_uuids=uuids, driver_version="570.133.20", faults=faults)
+        )
         templates.append(report)
     out = []
     for i in range(n_nodes):
@@ -87,22 +88,34 @@ def main() -> None:
 
         t0 = time.perf_counter()
         for start in range(0, len(results), WAVE):
-            store.attach_results(run_id, [(f"{run_key}/{n}", m, v, n) for n, m, v in results[start : start + WAVE]])
+            store.attach_results(
+                run_id, [(f"{run_key}/{n}", m, v, n) for n, m, v in results[start : start + WAVE]]
+            )
         store_s = time.perf_counter() - t0
 
         # The reference: the same rows, COPYed straight into the emptied tables.
         with engine.begin() as conn:
-            probe_ids = {key: pid for key, pid in conn.execute(sa.text("SELECT probe_key, id FROM probes"))}
+            probe_ids = dict(conn.execute(sa.text("SELECT probe_key, id FROM probes")).all())
             conn.execute(sa.text("TRUNCATE measurements, verdicts"))
         now = dt.datetime.now(dt.UTC)
         meas_rows = [
             (probe_ids[f"{run_key}/{n}"], seq, m.node, m.gpu, m.metric, m.value, m.unit, m.attrs)
-            for n, ms, _ in results for seq, m in enumerate(ms)
+            for n, ms, _ in results
+            for seq, m in enumerate(ms)
         ]
         verd_rows = [
-            [verdict_row(run_id, dataclasses.replace(v), probe_id=probe_ids[f"{run_key}/{n}"], node=n,
-                         judged_at=now)[c] for c in VERDICT_COLUMNS]
-            for n, _, vs in results for v in vs
+            [
+                verdict_row(
+                    run_id,
+                    dataclasses.replace(v),
+                    probe_id=probe_ids[f"{run_key}/{n}"],
+                    node=n,
+                    judged_at=now,
+                )[c]
+                for c in VERDICT_COLUMNS
+            ]
+            for n, _, vs in results
+            for v in vs
         ]
         # Serialised before the clock starts: the reference is the server-side COPY alone.
         meas_text = copy_text(meas_rows)
@@ -110,8 +123,11 @@ def main() -> None:
         t0 = time.perf_counter()
         with engine.begin() as conn:
             cursor = conn.connection.dbapi_connection.cursor()
-            cursor.copy_expert(f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN", io.StringIO(meas_text))
-            cursor.copy_expert(f"COPY verdicts ({', '.join(VERDICT_COLUMNS)}) FROM STDIN", io.StringIO(verd_text))
+            for table, columns, text in (
+                ("measurements", MEASUREMENT_COLUMNS, meas_text),
+                ("verdicts", VERDICT_COLUMNS, verd_text),
+            ):
+                cursor.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN", io.StringIO(text))
         copy_s = time.perf_counter() - t0
 
         total = n_meas + n_verd

@@ -46,10 +46,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-# Every line the parser can use contains one of these. Both scanners (str and bytes) prefilter on
-# them before any regex, so the two see exactly the same lines.
-NEEDLES: Final = ("NVRM", "XidCriticalError")
-_BYTE_NEEDLES: Final = tuple(n.encode() for n in NEEDLES)
+# Every line the parser can use is a kernel "NVRM" line holding one of the keys (Xid lines, the
+# "GPU at PCI" UUID line, the lines of the fell-off-the-bus message: "The NVIDIA GPU", "(PCI ID:",
+# "fallen off the bus"), or a device-plugin "XidCriticalError" line. Both scanners (str and bytes)
+# apply exactly this filter before any regex, so they feed the parser the same lines; other NVRM
+# chatter (assert storms, RmInitAdapter retries) costs one substring test per line.
+_NVRM: Final = "NVRM"
+_NVRM_KEYS: Final = ("Xid", "PCI", "NVIDIA GPU", "fallen off the bus")
+_PLUGIN: Final = "XidCriticalError"
+_B_NVRM: Final = _NVRM.encode()
+_B_KEYS: Final = tuple(k.encode() for k in _NVRM_KEYS)
+_B_PLUGIN: Final = _PLUGIN.encode()
+
+
+def _wanted(line: str) -> bool:
+    """A key after the line's first "NVRM", or a device-plugin line (the bytes scan's test)."""
+    at = line.find(_NVRM)
+    if at >= 0:
+        return any(line.find(k, at) >= 0 for k in _NVRM_KEYS)
+    return _PLUGIN in line
+
 
 _PCI = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
 _XID_LINE = re.compile(
@@ -404,7 +420,7 @@ def _parse_lines(lines: Iterable[tuple[int, str]], parser: _LineParser) -> Itera
 def parse_xid(text: str) -> tuple[XidEvent, ...]:
     """Every Xid event in `text` (pure). Lines that are not Xid / fell-off-the-bus are ignored."""
     parser = _LineParser()
-    candidates = ((i, line) for i, line in enumerate(text.split("\n"), 1) if any(n in line for n in NEEDLES))
+    candidates = ((i, line) for i, line in enumerate(text.split("\n"), 1) if _wanted(line))
     events = list(_parse_lines(candidates, parser))
     # Backfill: a UUID printed after an event (an excerpt cut before the driver's first print).
     return tuple(
@@ -415,11 +431,38 @@ def parse_xid(text: str) -> tuple[XidEvent, ...]:
     )
 
 
-def _candidate_lines(path: str | os.PathLike[str], chunk_size: int) -> Iterator[tuple[int, str]]:
-    """(line number, line) for lines containing a needle, by `bytes.find` over big chunks.
+def _spans(buf: bytearray, stop: int) -> list[tuple[int, int]]:
+    """(start, end) of the wanted lines in buf[:stop] (complete lines), in file order."""
+    k0, k1, k2, k3 = _B_KEYS
+    find = buf.find
+    spans: list[tuple[int, int]] = []
+    i = find(_B_NVRM, 0, stop)
+    while i >= 0:
+        eol = find(b"\n", i, stop)
+        eol = stop if eol < 0 else eol
+        # Unrolled: this runs once per NVRM line, chatter included.
+        if find(k0, i, eol) >= 0 or find(k1, i, eol) >= 0 or find(k2, i, eol) >= 0 or find(k3, i, eol) >= 0:
+            spans.append((buf.rfind(b"\n", 0, i) + 1, eol))
+        i = find(_B_NVRM, eol, stop)
+    i = buf.find(_B_PLUGIN, 0, stop)
+    if i >= 0:  # rare: a device-plugin log, or a mixed file
+        while i >= 0:
+            start = buf.rfind(b"\n", 0, i) + 1
+            eol = buf.find(b"\n", i, stop)
+            eol = stop if eol < 0 else eol
+            if _B_NVRM not in buf[start:eol]:  # NVRM lines were judged above
+                spans.append((start, eol))
+            i = buf.find(_B_PLUGIN, eol, stop)
+        spans.sort()
+    return spans
 
-    Why not a regex per line: Python touches each of the ~10^7 lines of a GB log; `find` and
-    `count` run in C over the chunk, so only candidate lines ever reach Python.
+
+def _candidate_lines(path: str | os.PathLike[str], chunk_size: int) -> Iterator[tuple[int, str]]:
+    """(line number, line) for the wanted lines, by `bytes.find` over big chunks.
+
+    Why not a regex per line: Python would touch each of the ~10^7 lines of a GB log; `find` and
+    `count` run in C over the chunk, so only lines holding "NVRM" or "XidCriticalError" reach
+    Python, and only wanted ones are decoded and parsed.
     """
     buf = bytearray(chunk_size)
     view = memoryview(buf)
@@ -442,17 +485,8 @@ def _candidate_lines(path: str | os.PathLike[str], chunk_size: int) -> Iterator[
                 end = stop = filled  # EOF: the last line has no newline
                 if stop == 0:
                     return
-            spans: set[tuple[int, int]] = set()
-            for needle in _BYTE_NEEDLES:
-                i = buf.find(needle, 0, stop)
-                while i >= 0:
-                    start = buf.rfind(b"\n", 0, i) + 1
-                    eol = buf.find(b"\n", i, stop)
-                    eol = stop if eol < 0 else eol
-                    spans.add((start, eol))
-                    i = buf.find(needle, eol, stop)
             pos = 0
-            for start, eol in sorted(spans):
+            for start, eol in _spans(buf, stop):
                 line_no += buf.count(b"\n", pos, start)
                 pos = start
                 yield line_no, buf[start:eol].decode("utf-8", errors="replace")

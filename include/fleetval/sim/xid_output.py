@@ -4,7 +4,7 @@ Output for `render_xid_lines(code=79, gpu_pci="0000:3b:00", gpu_uuid="GPU-...", 
 in each style (the line shapes of the fixtures in `tests/fixtures/xid/`):
 
     kmsg     [ 3600.000000] NVRM: GPU at PCI:0000:3b:00: GPU-5f3a...
-             [ 3600.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+             [ 3600.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has ...
     dmesg-T  [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', ...
     syslog   Dec  2 11:38:47 r01-n05 kernel: [ 3600.000000] NVRM: Xid (PCI:0000:3b:00): 79, ...
     iso      2024-12-02T11:38:47.000000+00:00 r01-n05 kernel: NVRM: Xid (PCI:0000:3b:00): 79, ...
@@ -67,9 +67,9 @@ def _message(code: int) -> str:
 
 def _prefix(style: str, epoch_s: float, uptime_s: float, host: str) -> str:
     # Fixed English names: strftime's %a/%b follow the locale, the kernel's do not.
-    t = time.gmtime(epoch_s)
-    seconds = int(uptime_s)
-    kmsg = f"[{seconds:5d}.{round((uptime_s - seconds) * 1e6):06d}]"
+    t = time.gmtime(int(epoch_s))
+    up_s, up_us = divmod(round(uptime_s * 1e6), 1_000_000)
+    kmsg = f"[{up_s:5d}.{up_us:06d}]"
     if style == "kmsg":
         return f"{kmsg} "
     if style == "dmesg-T":
@@ -82,8 +82,9 @@ def _prefix(style: str, epoch_s: float, uptime_s: float, host: str) -> str:
             f"{_MONTHS[t.tm_mon - 1]} {t.tm_mday:2d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} "
             f"{host} kernel: {kmsg} "
         )
-    micros = round((epoch_s - int(epoch_s)) * 1e6)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', t)}.{micros:06d}+00:00 {host} kernel: "
+    whole, micros = divmod(round(epoch_s * 1e6), 1_000_000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{stamp}.{micros:06d}+00:00 {host} kernel: "
 
 
 def render_xid_lines(
@@ -116,7 +117,8 @@ def render_xid_lines(
     if pid is None and process is None:
         who = "pid='<unknown>', name=<unknown>, "
     else:
-        who = f"pid={pid if pid is not None else "'<unknown>'"}, name={process or '<unknown>'}, "
+        pid_text = str(pid) if pid is not None else "'<unknown>'"
+        who = f"pid={pid_text}, name={process or '<unknown>'}, "
     suffix = f" caused by previous Xid {caused_by}" if caused_by is not None else ""
     body = f"NVRM: Xid (PCI:{pci}): {code}, {who}{_message(code)}{suffix}"
 
