@@ -69,7 +69,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
         if args.baseline is None:
             raise FleetvalError("judge nccl needs --baseline GBPS (the measured baseline busbw)")
-        _emit(judge_nccl_to_json(parse_nccl(text), args.baseline, args.ranks))
+        _emit(judge_nccl_to_json(parse_nccl(text), args.baseline, args.ranks, expected_fabric=args.fabric))
     else:
         from fleetval.judges.xid import judge_xid, judge_xid_to_json
         from fleetval.parsers.xid import parse_xid
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_judge.add_argument("--node", default="node", help="subject node name for the verdicts")
     p_judge.add_argument("--baseline", type=float, help="nccl: baseline busbw in GB/s")
     p_judge.add_argument("--ranks", type=int, help="nccl: number of ranks (overrides the output)")
+    p_judge.add_argument("--fabric", choices=["ib", "roce"], help="nccl: the fabric the profile declares")
     p_judge.set_defaults(func=cmd_judge)
 
     p_db = sub.add_parser("db", help="database schema")

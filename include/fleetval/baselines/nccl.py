@@ -5,10 +5,11 @@ A measurement row is one message size of one nccl-tests run on one reference nod
     node      repeat  size        busbw_gbps  ...
     r01-n01   0       1073741824  436.95
     r01-n01   0       2147483648  443.72
-    r01-n02   1       1073741824  438.10
+    r01-n01   0       4294967296  465.87
 
-(the numbers above are rows of the 2-node p5 table in tests/fixtures/nccl, aws-samples
-awsome-distributed-training). `rows_from_run` turns a parsed run into such rows.
+(busbw values from the real 2-node p5 table, tests/fixtures/nccl/
+all_reduce_perf-2node-p5-16gpu-efa-slurm-awsome.txt; node names illustrative). `rows_from_run`
+turns a parsed run into such rows.
 
 Statistics:
 - per size: samples, nodes, runs, median, mean, sample std, CV, quartiles and IQR, min, max —
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pandas as pd
 
@@ -84,7 +85,12 @@ class NodeStats:
     ratio: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "runs": self.runs, "headline_gbps": self.headline_gbps, "ratio": self.ratio}
+        return {
+            "node": self.node,
+            "runs": self.runs,
+            "headline_gbps": self.headline_gbps,
+            "ratio": self.ratio,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +130,20 @@ class BaselineStats:
             "rows_dropped": self.rows_dropped,
         }
 
-    def to_baseline(self, *, baseline_id: str, version: int, profile: str, scope: str,
-                    collective: str = "all_reduce") -> NcclBaseline:  # fmt: skip
+    def to_baseline(
+        self, *, baseline_id: str, version: int, profile: str, scope: str, collective: str = "all_reduce"
+    ) -> NcclBaseline:
         """The judge's view of these statistics; refuses when there is no headline number."""
         if self.headline_busbw_gbps is None:
             raise BaselineError(f"no rows with size >= {self.min_size_bytes} B: no headline busbw to promote")
-        return NcclBaseline(baseline_id=baseline_id, version=version, profile=profile, scope=scope,
-                            busbw_gbps=self.headline_busbw_gbps, collective=collective)  # fmt: skip
+        return NcclBaseline(
+            baseline_id=baseline_id,
+            version=version,
+            profile=profile,
+            scope=scope,
+            busbw_gbps=self.headline_busbw_gbps,
+            collective=collective,
+        )
 
 
 def rows_from_run(run: NcclRun, *, node: str, repeat: int) -> list[dict[str, Any]]:
@@ -162,7 +175,9 @@ def _clean(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         raise BaselineError(f"expected a pandas DataFrame, got {type(rows).__name__}")
     missing = [c for c in REQUIRED_COLUMNS if c not in rows.columns]
     if missing:
-        raise BaselineError(f"measurement rows lack column(s) {', '.join(missing)} (need {', '.join(REQUIRED_COLUMNS)})")
+        raise BaselineError(
+            f"measurement rows lack column(s) {', '.join(missing)} (need {', '.join(REQUIRED_COLUMNS)})"
+        )
     if rows.empty:
         raise BaselineError("no measurement rows: a baseline needs at least one measured run")
     df = pd.DataFrame(
@@ -196,8 +211,11 @@ def _clean(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 def compute_baseline(rows: pd.DataFrame, *, min_size_bytes: int | None = None) -> BaselineStats:
     """Per-size and headline busbw statistics over measurement rows (see module doc)."""
     df, dropped = _clean(rows)
-    min_size = min_size_bytes if min_size_bytes is not None else int(
-        criteria.get("D-NET-NCCL-01").parameters["min_size_bytes"])  # fmt: skip
+    min_size = (
+        min_size_bytes
+        if min_size_bytes is not None
+        else int(criteria.get("D-NET-NCCL-01").parameters["min_size_bytes"])
+    )
     min_ratio = float(criteria.get("D-NET-NCCL-01").parameters["min_ratio"])
 
     sizes: list[SizeStats] = []
@@ -208,7 +226,7 @@ def compute_baseline(rows: pd.DataFrame, *, min_size_bytes: int | None = None) -
         q1, q3 = float(bw.quantile(0.25)), float(bw.quantile(0.75))
         sizes.append(
             SizeStats(
-                size=int(size),
+                size=int(cast(int, size)),
                 samples=len(bw),
                 nodes=int(group["node"].nunique()),
                 runs=len(group.groupby(["node", "repeat"], sort=False)),
@@ -265,8 +283,9 @@ def compute_baseline(rows: pd.DataFrame, *, min_size_bytes: int | None = None) -
     )
 
 
-def compute_baseline_from_runs(runs: Sequence[tuple[str, int, NcclRun]], *,
-                               min_size_bytes: int | None = None) -> BaselineStats:  # fmt: skip
+def compute_baseline_from_runs(
+    runs: Sequence[tuple[str, int, NcclRun]], *, min_size_bytes: int | None = None
+) -> BaselineStats:
     """Convenience: (node, repeat, run) triples → rows → `compute_baseline`."""
     records = [r for node, repeat, run in runs for r in rows_from_run(run, node=node, repeat=repeat)]
     frame = pd.DataFrame.from_records(records, columns=[*REQUIRED_COLUMNS, "algbw_gbps"])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from fleetval import criteria
@@ -47,8 +48,9 @@ ACTIONS: Final[dict[Result, str]] = {
 
 HEADLINE_STATISTIC: Final = "mean out-of-place busbw over rows with size >= min_size_bytes"
 _FABRICS: Final = ("ib", "roce")
-_FLEET_ERROR_KINDS: Final = frozenset({"ib_completion", "ib_async", "bootstrap", "transport", "timeout", "cuda",
-                                       "nccl"})  # fmt: skip
+_FLEET_ERROR_KINDS: Final = frozenset(
+    {"ib_completion", "ib_async", "bootstrap", "transport", "timeout", "cuda", "nccl"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +76,15 @@ class NcclBaseline:
         }
 
 
-def _verdict(criterion: str, subject: str, result: Result, rule_id: str, reason: str, evidence: dict[str, Any],
-             judged_against: dict[str, Any] | None = None) -> Verdict:  # fmt: skip
+def _verdict(
+    criterion: str,
+    subject: str,
+    result: Result,
+    rule_id: str,
+    reason: str,
+    evidence: dict[str, Any],
+    judged_against: dict[str, Any] | None = None,
+) -> Verdict:
     return Verdict(
         criterion=criterion,
         subject=subject,
@@ -88,7 +97,9 @@ def _verdict(criterion: str, subject: str, result: Result, rule_id: str, reason:
     )
 
 
-def large_size_busbw(run: NcclRun, *, min_size_bytes: int | None = None, ranks: int | None = None) -> list[float]:
+def large_size_busbw(
+    run: NcclRun, *, min_size_bytes: int | None = None, ranks: int | None = None
+) -> list[float]:
     """Out-of-place busbw of the rows ≥ `min_size_bytes`, in size order.
 
     `ranks` recomputes busbw from algbw with that rank count (the CLI's `--ranks`), assuming
@@ -107,7 +118,9 @@ def large_size_busbw(run: NcclRun, *, min_size_bytes: int | None = None, ranks: 
     return values
 
 
-def headline_busbw(run: NcclRun, *, min_size_bytes: int | None = None, ranks: int | None = None) -> float | None:
+def headline_busbw(
+    run: NcclRun, *, min_size_bytes: int | None = None, ranks: int | None = None
+) -> float | None:
     """The run's headline busbw (see module doc), or None without rows ≥ `min_size_bytes`."""
     values = large_size_busbw(run, min_size_bytes=min_size_bytes, ranks=ranks)
     return statistics.fmean(values) if values else None
@@ -131,8 +144,14 @@ def _run_facts(run: NcclRun) -> dict[str, Any]:
     }
 
 
-def judge_busbw(run: NcclRun, *, subject: str, baseline: NcclBaseline | None, criterion: str = "D-NET-NCCL-01",
-                ranks: int | None = None) -> Verdict:  # fmt: skip
+def judge_busbw(
+    run: NcclRun,
+    *,
+    subject: str,
+    baseline: NcclBaseline | None,
+    criterion: str = "D-NET-NCCL-01",
+    ranks: int | None = None,
+) -> Verdict:
     """D-NET-NCCL-01 / -02 for one run."""
     if criterion not in ("D-NET-NCCL-01", "D-NET-NCCL-02"):
         raise ValueError(f"busbw criterion must be D-NET-NCCL-01 or D-NET-NCCL-02, got {criterion!r}")
@@ -140,48 +159,71 @@ def judge_busbw(run: NcclRun, *, subject: str, baseline: NcclBaseline | None, cr
     min_ratio = float(params["min_ratio"])
     min_size = int(params["min_size_bytes"])
     nranks = ranks if ranks is not None else run.nranks
-    evidence: dict[str, Any] = {**_run_facts(run), "nranks": nranks, "min_ratio": min_ratio,
-                                "min_size_bytes": min_size, "statistic": HEADLINE_STATISTIC}  # fmt: skip
+    evidence: dict[str, Any] = {
+        **_run_facts(run),
+        "nranks": nranks,
+        "min_ratio": min_ratio,
+        "min_size_bytes": min_size,
+        "statistic": HEADLINE_STATISTIC,
+    }
     if ranks is not None:
         evidence["busbw_source"] = f"algbw x busbw_factor({run.collective or 'all_reduce'}, {ranks})"
     if run.in_network_reduction:
         evidence["note"] = "NVLS/CollNet in use: busbw is not the ring-equivalent link bandwidth"
+    say = partial(_verdict, criterion, subject, evidence=evidence)
 
     if baseline is None:
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.no_baseline",
-                        "no promoted baseline for this profile and scope", evidence)  # fmt: skip
-    against = baseline.judged_against()
+        return say(
+            Result.INCONCLUSIVE, "nccl.busbw.no_baseline", "no promoted baseline for this profile and scope"
+        )
+    say = partial(_verdict, criterion, subject, evidence=evidence, judged_against=baseline.judged_against())
     if baseline.busbw_gbps <= 0:
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.bad_baseline",
-                        f"baseline busbw {baseline.busbw_gbps} GB/s is not positive", evidence, against)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.busbw.bad_baseline",
+            f"baseline busbw {baseline.busbw_gbps} GB/s is not positive",
+        )
     if run.collective is not None and run.collective != normalize_collective(baseline.collective):
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.other_collective",
-                        f"run is {run.collective}, baseline is {baseline.collective}", evidence, against)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.busbw.other_collective",
+            f"run is {run.collective}, baseline is {baseline.collective}",
+        )
     if nranks is not None and nranks < 2:
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.single_rank",
-                        "busbw is 0 by definition with one rank", evidence, against)  # fmt: skip
+        return say(Result.INCONCLUSIVE, "nccl.busbw.single_rank", "busbw is 0 by definition with one rank")
     values = large_size_busbw(run, min_size_bytes=min_size, ranks=ranks)
     evidence["large_sizes"] = [r.size for r in sorted(run.rows, key=lambda r: r.size) if r.size >= min_size]
     evidence["busbw_values_gbps"] = [round(v, 3) for v in values]
     if not values:
         largest = max((r.size for r in run.rows), default=None)
         evidence["largest_size"] = largest
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.no_large_sizes",
-                        f"no rows with size >= {min_size} B (largest: {largest})", evidence, against)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.busbw.no_large_sizes",
+            f"no rows with size >= {min_size} B (largest: {largest})",
+        )
     measured = statistics.fmean(values)
     ratio = measured / baseline.busbw_gbps
     evidence.update(busbw_gbps=round(measured, 3), ratio=round(ratio, 4))
     # The small epsilon keeps "exactly at the threshold" a pass despite float rounding.
     if ratio + 1e-9 < min_ratio:
-        return _verdict(criterion, subject, Result.FAIL, "nccl.busbw.below_baseline",
-                        f"busbw {measured:.2f} GB/s is {ratio:.1%} of baseline {baseline.busbw_gbps:.2f} GB/s "
-                        f"(< {min_ratio:.0%})", evidence, against)  # fmt: skip
+        return say(
+            Result.FAIL,
+            "nccl.busbw.below_baseline",
+            f"busbw {measured:.2f} GB/s is {ratio:.1%} of baseline {baseline.busbw_gbps:.2f} GB/s "
+            f"(< {min_ratio:.0%})",
+        )
     if not run.complete:
-        return _verdict(criterion, subject, Result.INCONCLUSIVE, "nccl.busbw.incomplete",
-                        f"busbw {ratio:.1%} of baseline but the run did not finish", evidence, against)  # fmt: skip
-    return _verdict(criterion, subject, Result.PASS, "nccl.busbw.ok",
-                    f"busbw {measured:.2f} GB/s is {ratio:.1%} of baseline {baseline.busbw_gbps:.2f} GB/s",
-                    evidence, against)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.busbw.incomplete",
+            f"busbw {ratio:.1%} of baseline but the run did not finish",
+        )
+    return say(
+        Result.PASS,
+        "nccl.busbw.ok",
+        f"busbw {measured:.2f} GB/s is {ratio:.1%} of baseline {baseline.busbw_gbps:.2f} GB/s",
+    )
 
 
 def judge_errors(run: NcclRun, *, subject: str) -> Verdict:
@@ -200,6 +242,7 @@ def judge_errors(run: NcclRun, *, subject: str) -> Verdict:
         "harness_failures": [e.to_json() for e in run.harness_failures[:10]],
         "interrupted_at_size": run.interrupted_at_size,
     }
+    say = partial(_verdict, crit, subject, evidence=evidence)
     if fleet_errors or wrong_rows or run.oob_failed:
         if any(e.kind == "timeout" for e in fleet_errors):
             rule, what = "nccl.errors.timeout", "timeout"
@@ -209,17 +252,19 @@ def judge_errors(run: NcclRun, *, subject: str) -> Verdict:
             rule, what = "nccl.errors.wrong", f"#wrong > 0 at {len(wrong_rows)} sizes"
         else:
             rule, what = "nccl.errors.out_of_bounds", f"Out of bounds values : {run.oob_values} FAILED"
-        return _verdict(crit, subject, Result.FAIL, rule, what, evidence)
+        return say(Result.FAIL, rule, what)
     if run.harness_failures:
         first = run.harness_failures[0]
-        return _verdict(crit, subject, Result.ERROR, "nccl.errors.harness",
-                        f"nccl-tests harness failed: {first.host}: {first.message}", evidence)  # fmt: skip
+        return say(
+            Result.ERROR, "nccl.errors.harness", f"nccl-tests harness failed: {first.host}: {first.message}"
+        )
     if not run.complete:
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.errors.incomplete",
-                        "output ended before the nccl-tests footer; errors after that point are unknown",
-                        evidence)  # fmt: skip
-    return _verdict(crit, subject, Result.PASS, "nccl.errors.none", "no NCCL errors, timeouts or wrong values",
-                    evidence)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.errors.incomplete",
+            "output ended before the nccl-tests footer; errors after that point are unknown",
+        )
+    return say(Result.PASS, "nccl.errors.none", "no NCCL errors, timeouts or wrong values")
 
 
 def judge_transport(run: NcclRun, *, subject: str, expected_fabric: str | None) -> Verdict:
@@ -236,32 +281,51 @@ def judge_transport(run: NcclRun, *, subject: str, expected_fabric: str | None) 
         "net_devices": list(run.net_devices),
         "nccl_env": dict(run.nccl_env),
     }
+    say = partial(_verdict, crit, subject, evidence=evidence)
     if "Socket" in net and expected_fabric is not None:
-        return _verdict(crit, subject, Result.FAIL, "nccl.transport.socket_fallback",
-                        f"NCCL used TCP sockets where the profile declares {expected_fabric}", evidence)  # fmt: skip
+        return say(
+            Result.FAIL,
+            "nccl.transport.socket_fallback",
+            f"NCCL used TCP sockets where the profile declares {expected_fabric}",
+        )
     if not net and not other_networks:
-        why = ("no NCCL_DEBUG=INFO transport lines in the output" if not run.transports
-               else "NCCL_DEBUG=INFO lines show no network selection")  # fmt: skip
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.transport.unknown", why, evidence)
+        why = (
+            "no NCCL_DEBUG=INFO transport lines in the output"
+            if not run.transports
+            else "NCCL_DEBUG=INFO lines show no network selection"
+        )
+        return say(Result.INCONCLUSIVE, "nccl.transport.unknown", why)
     if expected_fabric is None:
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.transport.no_fabric_declared",
-                        f"no expected fabric declared; network used: {', '.join(sorted(net) or other_networks)}",
-                        evidence)  # fmt: skip
-    if expected_fabric == "ib":
-        ok = "IB" in net
-    else:
-        ok = "RoCE" in net or ("IB" in net and not run.net_devices)
+        return say(
+            Result.INCONCLUSIVE,
+            "nccl.transport.no_fabric_declared",
+            f"no expected fabric declared; network used: {', '.join(sorted(net) or other_networks)}",
+        )
+    # RoCE expected: NCCL names its verbs network "IB" whatever the link layer; only a device
+    # list that shows /IB links contradicts it.
+    ok = "IB" in net if expected_fabric == "ib" else ("RoCE" in net or ("IB" in net and not run.net_devices))
     if ok and not other_networks:
-        return _verdict(crit, subject, Result.PASS, "nccl.transport.ok",
-                        f"NCCL used {', '.join(sorted(net))} as the profile declares ({expected_fabric})",
-                        evidence)  # fmt: skip
-    return _verdict(crit, subject, Result.FAIL, "nccl.transport.mismatch",
-                    f"network {', '.join(sorted(net) or other_networks)} is not the declared fabric "
-                    f"{expected_fabric}", evidence)  # fmt: skip
+        return say(
+            Result.PASS,
+            "nccl.transport.ok",
+            f"NCCL used {', '.join(sorted(net))} as the profile declares ({expected_fabric})",
+        )
+    return say(
+        Result.FAIL,
+        "nccl.transport.mismatch",
+        f"network {', '.join(sorted(net) or other_networks)} is not the declared fabric {expected_fabric}",
+    )
 
 
-def judge_nccl_run(run: NcclRun, *, subject: str, baseline: NcclBaseline | None, expected_fabric: str | None,
-                   criterion: str = "D-NET-NCCL-01", ranks: int | None = None) -> list[Verdict]:  # fmt: skip
+def judge_nccl_run(
+    run: NcclRun,
+    *,
+    subject: str,
+    baseline: NcclBaseline | None,
+    expected_fabric: str | None,
+    criterion: str = "D-NET-NCCL-01",
+    ranks: int | None = None,
+) -> list[Verdict]:
     """All single-run NCCL verdicts: busbw (`criterion`), D-NET-NCCL-03 and the transport."""
     return [
         judge_busbw(run, subject=subject, baseline=baseline, criterion=criterion, ranks=ranks),
@@ -286,24 +350,31 @@ def judge_nccl_repeats(runs: Sequence[NcclRun], *, subject: str) -> Verdict:
         "max_cv": max_cv,
         "statistic": HEADLINE_STATISTIC,
     }
+    say = partial(_verdict, crit, subject, evidence=evidence)
     if len(shapes) > 1:
         evidence["shapes"] = sorted([list(map(str, s)) for s in shapes])
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.repeats.not_comparable",
-                        "repeats differ in collective or rank count", evidence)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE, "nccl.repeats.not_comparable", "repeats differ in collective or rank count"
+        )
     if len(usable) < min_repeats:
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.repeats.too_few",
-                        f"{len(usable)} usable repeats, {min_repeats} needed", evidence)  # fmt: skip
+        return say(
+            Result.INCONCLUSIVE, "nccl.repeats.too_few", f"{len(usable)} usable repeats, {min_repeats} needed"
+        )
     mean = statistics.fmean(usable)
     if mean <= 0:
-        return _verdict(crit, subject, Result.INCONCLUSIVE, "nccl.repeats.zero_busbw", "mean busbw is 0", evidence)
+        return say(Result.INCONCLUSIVE, "nccl.repeats.zero_busbw", "mean busbw is 0")
     std = statistics.stdev(usable)  # sample std (ddof=1): 3 repeats are a sample, not the population
     cv = std / mean
     evidence.update(mean_gbps=round(mean, 3), std_gbps=round(std, 4), cv=round(cv, 5))
     if cv <= max_cv + 1e-12:
-        return _verdict(crit, subject, Result.PASS, "nccl.repeats.stable",
-                        f"busbw CV {cv:.2%} over {len(usable)} repeats (<= {max_cv:.0%})", evidence)  # fmt: skip
-    return _verdict(crit, subject, Result.FAIL, "nccl.repeats.noisy",
-                    f"busbw CV {cv:.2%} over {len(usable)} repeats (> {max_cv:.0%})", evidence)  # fmt: skip
+        return say(
+            Result.PASS,
+            "nccl.repeats.stable",
+            f"busbw CV {cv:.2%} over {len(usable)} repeats (<= {max_cv:.0%})",
+        )
+    return say(
+        Result.FAIL, "nccl.repeats.noisy", f"busbw CV {cv:.2%} over {len(usable)} repeats (> {max_cv:.0%})"
+    )
 
 
 def busbw_criterion_for(run: NcclRun) -> str:
@@ -313,13 +384,26 @@ def busbw_criterion_for(run: NcclRun) -> str:
     return "D-NET-NCCL-02" if (run.nranks or 0) > 8 else "D-NET-NCCL-01"
 
 
-def judge_nccl_to_json(run: NcclRun, baseline_gbps: float, ranks: int | None = None, *,
-                       expected_fabric: str | None = None) -> dict[str, Any]:  # fmt: skip
+def judge_nccl_to_json(
+    run: NcclRun, baseline_gbps: float, ranks: int | None = None, *, expected_fabric: str | None = None
+) -> dict[str, Any]:
     """`fleetval judge nccl FILE --baseline GBPS [--ranks N]`: the baseline is the number given
     on the command line (baseline_id `cli`, version 0); `ranks` overrides nranks for busbw."""
     subject = "+".join(run.hosts) if run.hosts else "unknown"
-    baseline = NcclBaseline(baseline_id="cli", version=0, profile="cli", scope="cli", busbw_gbps=baseline_gbps,
-                            collective=run.collective or "all_reduce")  # fmt: skip
-    verdicts = judge_nccl_run(run, subject=subject, baseline=baseline, expected_fabric=expected_fabric,
-                              criterion=busbw_criterion_for(run), ranks=ranks)  # fmt: skip
+    baseline = NcclBaseline(
+        baseline_id="cli",
+        version=0,
+        profile="cli",
+        scope="cli",
+        busbw_gbps=baseline_gbps,
+        collective=run.collective or "all_reduce",
+    )
+    verdicts = judge_nccl_run(
+        run,
+        subject=subject,
+        baseline=baseline,
+        expected_fabric=expected_fabric,
+        criterion=busbw_criterion_for(run),
+        ranks=ranks,
+    )
     return {"verdicts": [v.to_json() for v in verdicts]}

@@ -64,13 +64,6 @@ _ALIASES: Final = {
     "send_recv": "sendrecv",
 }
 
-_TYPE_BYTES: Final = {
-    "int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1,
-    "half": 2, "float16": 2, "bfloat16": 2,
-    "float": 4, "float32": 4, "int32": 4, "uint32": 4, "int": 4,
-    "double": 8, "float64": 8, "int64": 8, "uint64": 8,
-}  # fmt: skip
-
 
 def normalize_collective(name: str) -> str:
     """`AllReduce`, `all_reduce_perf`, `allreduce` → `all_reduce`; unknown names raise ValueError."""
@@ -169,8 +162,13 @@ class NcclDevice:
     name: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "host": self.host, "device": self.device, "bus_id": self.bus_id,
-                "name": self.name}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "device": self.device,
+            "bus_id": self.bus_id,
+            "name": self.name,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,17 +241,29 @@ _OMPI_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
 _SRUN_HEAD = re.compile(r"^\s*(\d{1,5}):\s")
 _MPICH_HEAD = re.compile(r"^\[(\d{1,5})\]\s?")
 _SRUN_MID = re.compile(r"(?<=\s)\d{1,5}: (?=\s*\S)")
-# `[N]` mid-line, but not the device field of `host:pid:tid [N] NCCL ...`.
-_MPICH_MID = re.compile(r"(?<!:\d)(?<!:\d\d)(?<!:\d{3})(?<!:\d{4})(?<!:\d{5})(?<!:\d{6})(?<!:\d{7})"
-                        r"\s\[\d{1,5}\]\s")  # fmt: skip
+_MPICH_MID = re.compile(r"\s\[\d{1,5}\]\s")
+_TID_END = re.compile(r":\d+$")
 # A row whose parameters were printed and whose results never came: the next message lands on
 # the same line (nccl-tests prints the parameters before timing, stdout is line-buffered).
 _GLUED_ROW = re.compile(r"^(\s*\d+\s+\d+\s+[A-Za-z][A-Za-z0-9_]*\s+[a-z]+\s+-?\d+)(?=[A-Za-z])")
 
 
+def _split_mpich(text: str) -> list[str]:
+    """Split at mid-line `[N]` tags, except the device field of `host:pid:tid [N] NCCL ...`."""
+    pieces: list[str] = []
+    start = 0
+    for m in _MPICH_MID.finditer(text):
+        if _TID_END.search(text[: m.start()]):
+            continue
+        pieces.append(text[start : m.start()])
+        start = m.end()
+    pieces.append(text[start:])
+    return pieces
+
+
 def _segments(line: str) -> list[str]:
     """Split one physical line into logical lines, dropping launcher tags wherever they occur."""
-    parts = [p for p in _OMPI_TAG.split(line)]
+    parts = _OMPI_TAG.split(line)
     out: list[str] = []
     for part in parts:
         m = _SRUN_HEAD.match(part)
@@ -262,7 +272,7 @@ def _segments(line: str) -> list[str]:
             continue
         m = _MPICH_HEAD.match(part)
         if m:
-            out.extend(_MPICH_MID.split(part[m.end() :]))
+            out.extend(_split_mpich(part[m.end() :]))
             continue
         out.append(part)
     result: list[str] = []
@@ -300,11 +310,13 @@ _IB_DEV = re.compile(r"\[\d+\](\S+?)/(IB|RoCE)\b")
 _VIA = re.compile(r"\bvia\s+(NET/([^/]+)|P2P|SHM|COLLNET|CollNet|NVLS)", re.IGNORECASE)
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _NVLS_MARK = re.compile(r"NVLS multicast support is available|NVLS Head")
-_COLLNET_MARK = re.compile(r"coll plugin|Connected CollNet|CollNet (?:channels? )?(?:enabled|Chains)|SHARP",
-                           re.IGNORECASE)  # fmt: skip
+_COLLNET_MARK = re.compile(
+    r"coll plugin|Connected CollNet|CollNet (?:channels? )?(?:enabled|Chains)|SHARP", re.IGNORECASE
+)
 _IB_COMPLETION = re.compile(r"Got completion from peer")
 _IB_ASYNC = re.compile(r"async fatal event|Got async event.*(?:port error|catastrophic|fatal)", re.IGNORECASE)
-_PROPAGATION = re.compile(r"(?P<file>[\w/]+\.cc):\d+ -> (?P<code>[1-9]\d*)\b")
+_PROPAGATION = re.compile(r"(?P<file>[\w/]+\.cc):(?P<line>\d+) -> (?P<code>[1-9]\d*)\b")
+_FATAL_CHAIN = re.compile(r"bootstrap|init|group|proxy|transport/|socket|enqueue|net\.cc|collectives")
 _TIMEOUT_WORDS = re.compile(r"time(?:d)? ?out", re.IGNORECASE)
 _HARNESS = re.compile(r"(?P<host>\S+): Test (?P<what>NCCL|CUDA) failure (?P<loc>\S+) '(?P<msg>.*?)'?\s*$")
 _HARNESS_TRACE = re.compile(r"^\s*\.\. \S+(?: pid \d+)?: Test failure \S+")
@@ -508,14 +520,29 @@ def _handle_nccl_line(st: _State, m: re.Match[str]) -> None:
         elif len(st.warnings) < _MAX_WARNINGS:
             st.warnings.append(full)
         return
-    # `file.cc:NNN -> N`: an ncclResult_t error code being returned up the stack.
+    # `file.cc:NNN -> N`: an ncclResult_t error code being returned up the stack. Only chains
+    # through the communicator's own paths count: topology probing (graph/*, nvmlwrap) returns
+    # codes that NCCL recovers from in healthy runs.
     if p := _PROPAGATION.search(msg):
         file = p.group("file")
-        if "(Operation now in progress)" in msg:
+        if "(Operation now in progress)" in msg or not _FATAL_CHAIN.search(file):
             return  # nonblocking-connect retry noise; a real failure continues up the chain
-        kind = "bootstrap" if re.search(r"bootstrap|socket", file) else (
-            "transport" if re.search(r"transport|proxy|net", file) else "nccl")  # fmt: skip
-        st.add_error(NcclError(kind, f"{file} -> {p.group('code')}", host), key="propagation")
+        if re.search(r"bootstrap|socket", file):
+            kind = "bootstrap"
+        elif re.search(r"transport|proxy|net", file):
+            kind = "transport"
+        else:
+            kind = "nccl"
+        st.add_error(
+            NcclError(kind, f"{file}:{p.group('line')} -> {p.group('code')}", host), key="propagation"
+        )
+
+
+def _note_row_prefix(st: _State, prefix: str) -> None:
+    """Text before a harness message on the same line is the row it interrupted, if any."""
+    tokens = prefix.split()
+    if _is_row_start(tokens):
+        st.interrupted_at = int(tokens[0])
 
 
 def _handle_segment(st: _State, seg: str) -> None:
@@ -524,14 +551,17 @@ def _handle_segment(st: _State, seg: str) -> None:
     # -- harness failures first: they may follow a glued partial row
     if h := _HARNESS.search(seg):
         st.close_pending()
-        err = NcclError("harness", f"Test {h.group('what')} failure {h.group('loc')} '{h.group('msg')}'",
-                        h.group("host"))  # fmt: skip
+        _note_row_prefix(st, seg[: h.start()])
+        err = NcclError(
+            "harness", f"Test {h.group('what')} failure {h.group('loc')} '{h.group('msg')}'", h.group("host")
+        )
         if len(st.harness) < _MAX_ERRORS:
             st.harness.append(err)
         st.add_error(err)
         return
     if t := _TEST_TIMEOUT.search(seg):
         st.close_pending()
+        _note_row_prefix(st, seg[: t.start()])
         st.add_error(
             NcclError("timeout", f"Test timeout ({t.group('secs')}s) {t.group('loc')}", t.group("host"))
         )
@@ -556,8 +586,9 @@ def _handle_segment(st: _State, seg: str) -> None:
         st.header_seen = True
         return
     if p := _PARAMS.search(seg):
-        st.params.update(nThread=int(p.group(1)), nGpus=int(p.group(2)), minBytes=int(p.group(3)),
-                         maxBytes=int(p.group(4)))  # fmt: skip
+        st.params.update(
+            nThread=int(p.group(1)), nGpus=int(p.group(2)), minBytes=int(p.group(3)), maxBytes=int(p.group(4))
+        )
         for key, val in _PARAM_KV.findall(seg):
             st.params[key.replace(" ", "_")] = int(val)
         st.header_seen = True
@@ -581,11 +612,14 @@ def _handle_segment(st: _State, seg: str) -> None:
         st.nccl_version, st.cuda_version = n.group(1), n.group(2)
         st.info_seen = True
         return
-    if _SIZE_HEADER_WORDS <= {t.lower() for t in tokens}:
+    if {t.lower() for t in tokens} >= _SIZE_HEADER_WORDS:
         st.header_seen = True
         lowered = [t.lower() for t in tokens]
-        st.wrong_style = "wrong" if "#wrong" in lowered or "wrong" in lowered else (
-            "error" if "error" in lowered else None)  # fmt: skip
+        st.wrong_style = (
+            "wrong"
+            if "#wrong" in lowered or "wrong" in lowered
+            else ("error" if "error" in lowered else None)
+        )
         return
     if "_perf" in seg:
         for key, val in _ENV_ASSIGN.findall(seg):

@@ -60,12 +60,17 @@ class _Search:
         self.bad: list[str] = []
         self.undetermined: list[str] = []
         self.records: list[ProbeRecord] = []
+        self.unhealthy: set[frozenset[str]] = set()
 
     def run(self, group: tuple[str, ...]) -> bool:
+        if frozenset(group) in self.unhealthy:
+            return False  # already seen failing; probes are assumed consistent
         healthy = bool(self.probe(group))
         self.records.append(ProbeRecord(group, healthy))
         if healthy:
             self.good.update(group)
+        else:
+            self.unhealthy.add(frozenset(group))
         return healthy
 
     def partner(self, exclude: set[str]) -> str | None:
@@ -74,11 +79,22 @@ class _Search:
             if node in self.good:
                 return node
         candidates = [n for n in self.nodes if n not in exclude and n not in self.bad and n not in self.good]
-        # Halve the unknown outsiders until a healthy group is found (one probe when k = 1).
-        while len(candidates) >= 2:
-            if self.run(tuple(candidates)):
-                return candidates[0]
-            candidates = candidates[: len(candidates) // 2]
+        # Probe the unknown outsiders, halving unhealthy groups, until one group is healthy
+        # (one probe when there is a single bad node).
+        queue = [candidates]
+        while queue:
+            group = queue.pop(0)
+            if len(group) < 2:
+                continue
+            if self.run(tuple(group)):
+                return group[0]
+            queue.extend([group[: len(group) // 2], group[len(group) // 2 :]])
+        # Dense faults: any two unknown nodes (suspects included) that pass together are good.
+        unknown = [n for n in self.nodes if n not in self.bad and n not in self.good]
+        for i, a in enumerate(unknown):
+            for b in unknown[i + 1 :]:
+                if self.run((a, b)):
+                    return a
         return None
 
     def group_for(self, members: list[str], suspects: list[str]) -> tuple[str, ...] | None:
@@ -91,12 +107,15 @@ class _Search:
         """One bad node among `suspects`, known to hold at least one; None if undecidable."""
         s = list(suspects)
         while len(s) > 1:
-            half = s[: len(s) // 2]
+            cut = len(s) // 2
+            if cut == 1 and not self.good:
+                cut = len(s) - 1  # no partner yet: keep the probed half a real group (3 → 2 + 1)
+            half = s[:cut]
             group = self.group_for(half, s)
             if group is None:
                 self.undetermined.extend(s)
                 return None
-            s = s[len(s) // 2 :] if self.run(group) else half
+            s = s[cut:] if self.run(group) else half
         return s[0]
 
 
@@ -116,8 +135,11 @@ def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
         healthy = search.run(ordered)
         return IsolationResult(bad=() if healthy else ordered, probes_used=1, probes=search.records)
     while True:
-        suspects = [n for n in ordered if n not in search.good and n not in search.bad
-                    and n not in search.undetermined]  # fmt: skip
+        suspects = [
+            n
+            for n in ordered
+            if n not in search.good and n not in search.bad and n not in search.undetermined
+        ]
         if not suspects:
             break
         group = search.group_for(suspects, suspects)
@@ -127,10 +149,10 @@ def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
         if search.run(group):
             break
         found = search.find_one(suspects)
-        if found is None:
-            break
-        search.bad.append(found)
+        if found is not None:
+            search.bad.append(found)
     bad = tuple(n for n in ordered if n in search.bad)
     undetermined = tuple(n for n in ordered if n in search.undetermined)
-    return IsolationResult(bad=bad, probes_used=len(search.records), probes=search.records,
-                           undetermined=undetermined)  # fmt: skip
+    return IsolationResult(
+        bad=bad, probes_used=len(search.records), probes=search.records, undetermined=undetermined
+    )

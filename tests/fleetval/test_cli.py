@@ -1,0 +1,107 @@
+"""The CLI contract (DESIGN.md §5): JSON on stdout, one `error:` line on stderr, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetval.cli import main
+from tests.paths import FIXTURES, ROOT
+
+DCGM_423 = FIXTURES / "dcgm" / "dcgm4.2.3-r2-text-pcie-fail-internal-error-issue253.txt"
+DCGM_MEMORY = FIXTURES / "dcgm" / "dcgm-r2-text-fragment-gpu-memory-fail-thermal-mlengineering.txt"
+DEMO = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip().startswith("{") else {}), err
+
+
+def test_parse_dcgm_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data, _ = run(capsys, "parse", "dcgm", str(DCGM_423))
+    assert code == 0
+    assert {"dcgm_version", "driver_version", "level", "overall", "tests"} <= data.keys()
+    assert data["dcgm_version"] == "4.2.3"
+    pcie = next(t for t in data["tests"] if t["name"] == "pcie")
+    assert pcie["result"] == "fail"
+    assert {"name", "category", "result", "gpus", "warnings"} <= pcie.keys()
+
+
+def test_judge_dcgm_internal_error_is_not_a_hardware_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data, _ = run(capsys, "judge", "dcgm", str(DCGM_423), "--gate", "onboarding", "--node", "n1")
+    assert code == 0
+    assert data["result"] == "inconclusive"
+    assert data["action"] == "rerun_diagnostic"
+
+
+def test_judge_dcgm_memory_failure_rejects_at_onboarding(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data, _ = run(capsys, "judge", "dcgm", str(DCGM_MEMORY), "--gate", "onboarding", "--node", "n1")
+    assert code == 0
+    assert data["result"] == "fail"
+    assert data["action"] == "reject"
+    gpu0 = next(v for v in data["verdicts"] if v["criterion"] == "D-DEV-04" and v["evidence"]["gpu_index"] == "0")
+    assert gpu0["result"] == "fail"
+
+
+@pytest.mark.parametrize("content", ["", "garbage\x00\xff not dcgm", "{\"DCGM Diagnostic\": {"],
+                         ids=["empty", "garbage", "truncated-json"])
+def test_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text(content, encoding="utf-8", errors="surrogateescape")
+    code, _, err = run(capsys, "parse", "dcgm", str(bad))
+    assert code == 1
+    assert err.startswith("error: ")
+    assert len(err.strip().splitlines()) == 1
+    code, data, _ = run(capsys, "judge", "dcgm", str(bad))
+    assert code == 0
+    assert data["result"] == "inconclusive"  # garbage never passes
+
+
+def test_missing_file_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "parse", "dcgm", "/nonexistent/file")
+    assert code == 1
+    assert err.startswith("error: cannot read")
+    code, _, err = run(capsys, "judge", "nope", "x")
+    assert code == 2
+    assert err.startswith("error: ")
+
+
+def test_judge_xid_cordons_on_fell_off_bus(capsys: pytest.CaptureFixture[str]) -> None:
+    log = FIXTURES / "xid" / "xid79-fallen-off-bus-variants-gpud-testcases.log"
+    code, data, _ = run(capsys, "judge", "xid", str(log))
+    assert code == 0
+    assert data["events"][0]["node_action"] == "cordon"
+    assert {"class", "action", "node_action"} <= data["events"][0].keys()
+
+
+def test_db_upgrade_and_sim_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/f.db"
+    code, data, _ = run(capsys, "db", "upgrade", "--db", db)
+    assert (code, data["revision"]) == (0, "0001")
+    code, data, _ = run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", "weekly", "--run-key", "k1")
+    assert code == 0
+    failed = sorted(v["subject"] for v in data["verdicts"] if v["criterion"] == "D-DEV-03" and v["result"] == "fail")
+    assert failed == ["r01-n03", "r01-n07", "r02-n02"]
+    # The same run key again: the same verdicts, no duplicates.
+    n = len(data["verdicts"])
+    code, data, _ = run(capsys, "sim", "run", str(DEMO), "--db", db, "--run-key", "k1")
+    assert len(data["verdicts"]) == n
+
+
+def test_sim_run_bad_spec_is_one_error_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(DEMO.read_text().replace("dcgm.memory", "dcgm.melted"))
+    code, _, err = run(capsys, "sim", "run", str(spec), "--db", f"sqlite:///{tmp_path}/f.db")
+    assert code == 1
+    assert err.startswith("error: fault #1: unknown fault kind 'dcgm.melted'")
+
+
+def test_criteria_catalog_lists_every_mission_id(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data, _ = run(capsys, "criteria")
+    ids = {c["id"] for c in data["criteria"]}
+    assert code == 0
+    assert {"D-DEV-01", "D-NET-NCCL-04", "D-SCHED-07", "D-JOB-CKPT-07", "D-GPU-TS-01", "D-OP-04"} <= ids
