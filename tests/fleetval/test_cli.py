@@ -43,12 +43,17 @@ def test_judge_dcgm_memory_failure_rejects_at_onboarding(capsys: pytest.CaptureF
     assert code == 0
     assert data["result"] == "fail"
     assert data["action"] == "reject"
-    gpu0 = next(v for v in data["verdicts"] if v["criterion"] == "D-DEV-04" and v["evidence"]["gpu_index"] == "0")
+    gpu0 = next(
+        v for v in data["verdicts"] if v["criterion"] == "D-DEV-04" and v["evidence"]["gpu_index"] == "0"
+    )
     assert gpu0["result"] == "fail"
 
 
-@pytest.mark.parametrize("content", ["", "garbage\x00\xff not dcgm", "{\"DCGM Diagnostic\": {"],
-                         ids=["empty", "garbage", "truncated-json"])
+@pytest.mark.parametrize(
+    "content",
+    ["", "garbage\x00\xff not dcgm", '{"DCGM Diagnostic": {'],
+    ids=["empty", "garbage", "truncated-json"],
+)
 def test_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str) -> None:
     bad = tmp_path / "bad.txt"
     bad.write_text(content, encoding="utf-8", errors="surrogateescape")
@@ -84,7 +89,9 @@ def test_db_upgrade_and_sim_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert (code, data["revision"]) == (0, "0001")
     code, data, _ = run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", "weekly", "--run-key", "k1")
     assert code == 0
-    failed = sorted(v["subject"] for v in data["verdicts"] if v["criterion"] == "D-DEV-03" and v["result"] == "fail")
+    failed = sorted(
+        v["subject"] for v in data["verdicts"] if v["criterion"] == "D-DEV-03" and v["result"] == "fail"
+    )
     assert failed == ["r01-n03", "r01-n07", "r02-n02"]
     # The same run key again: the same verdicts, no duplicates.
     n = len(data["verdicts"])

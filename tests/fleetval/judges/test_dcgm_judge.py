@@ -31,9 +31,17 @@ EXPECTED = {
 def test_gate_decisions(gate: str, fault: str | None, dcgm_major: int) -> None:
     level = 3 if gate == "post-xid" else 2
     faults = [DcgmFault(gpu=6, kind=fault)] if fault else []
-    raw = render_dcgm(level=level, gpu_count=8, gpu_uuids=UUIDS, driver_version="570.133.20", faults=faults,
-                      dcgm_major=dcgm_major)
-    judgement = judge_dcgm(parse_dcgm(raw), gate=gate, node="n1", gpu_uuids={str(i): u for i, u in enumerate(UUIDS)}, level=level)
+    raw = render_dcgm(
+        level=level,
+        gpu_count=8,
+        gpu_uuids=UUIDS,
+        driver_version="570.133.20",
+        faults=faults,
+        dcgm_major=dcgm_major,
+    )
+    judgement = judge_dcgm(
+        parse_dcgm(raw), gate=gate, node="n1", gpu_uuids={str(i): u for i, u in enumerate(UUIDS)}, level=level
+    )
     assert (judgement.result.value, judgement.action) == EXPECTED[(gate, fault)]
     per_gpu = {v.subject: v.result.value for v in judgement.verdicts if v.criterion == "D-DEV-04"}
     assert len(per_gpu) == 8
