@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleetval.backends import Backend, NodeInfo, ProbeOutput
+from fleetval.backends import NodeInfo, ProbeOutput
 from fleetval.errors import ParseError
 from fleetval.judges.dcgm import judge_dcgm
 from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
@@ -132,7 +132,3 @@ def dcgm_measurements(node: str, report: DcgmReport | ParseError, level: int) ->
 
 def planned_actions(decisions: Sequence[NodeDecision], rack_of: dict[str, str]) -> list[PlannedAction]:
     return [PlannedAction(d.node, rack_of.get(d.node, ""), d.action, d.reason, d.rule_id) for d in decisions]
-
-
-def run_dcgm_probes(backend: Backend, specs: Sequence[ProbeSpec]) -> list[ProbeOutput]:
-    return backend.run_probes(specs)
