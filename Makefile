@@ -27,13 +27,15 @@ typecheck: $(STAMP)
 
 # The tests need a real PostgreSQL: use FLEETVAL_TEST_DB_URL if set, else the local server,
 # starting it when it is installed but down.
-postgres:
+PG_UP = $(BIN)/python -c "import psycopg2; psycopg2.connect(host='$(PG_HOST)', port=$(PG_PORT), user='postgres', dbname='postgres', connect_timeout=3).close()" 2>/dev/null
+
+postgres: $(STAMP)
 	@if [ -n "$$FLEETVAL_TEST_DB_URL" ]; then echo "postgres: using FLEETVAL_TEST_DB_URL"; exit 0; fi; \
-	if pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null; then exit 0; fi; \
+	if $(PG_UP); then exit 0; fi; \
 	if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql >/dev/null 2>&1; then \
 	  echo "postgres: starting the local cluster"; \
 	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start || true; \
-	  for i in $$(seq 1 30); do pg_isready -q -h $(PG_HOST) -p $(PG_PORT) && exit 0; sleep 1; done; \
+	  for i in $$(seq 1 30); do $(PG_UP) && exit 0; sleep 1; done; \
 	fi; \
 	echo "error: no PostgreSQL on $(PG_HOST):$(PG_PORT). Start one (user postgres, trust auth) or set"; \
 	echo "       FLEETVAL_TEST_DB_URL=postgresql+psycopg2://USER@HOST:PORT/postgres (a user that may CREATE DATABASE)."; \

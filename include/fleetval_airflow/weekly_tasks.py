@@ -90,7 +90,7 @@ def report_coverage(fv_run: int, wave_results: list[dict[str, Any]]) -> dict[str
     ctx = get_current_context()
     store = config.store()
     plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
-    swept = sorted({p["nodes"][0] for p in store.probes(fv_run)})
+    swept = store.probed_nodes(fv_run)
     verdict = weekly.coverage_verdict(plan, swept, as_of=ctx["dag_run"].run_after)
     store.add_verdicts(fv_run, [verdict])
     store.finish_run(fv_run)

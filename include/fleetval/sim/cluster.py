@@ -100,10 +100,20 @@ class SimCluster:
 
     # --- inventory --------------------------------------------------------------------------
     def list_nodes(self) -> list[NodeInfo]:
+        return self._nodes()
+
+    def node(self, name: str) -> NodeInfo:
+        found = self._nodes(name)
+        if not found:
+            raise SpecError(f"unknown node {name!r} in simulated fleet {self.fleet!r}")
+        return found[0]
+
+    def _nodes(self, name: str | None = None) -> list[NodeInfo]:
+        # One row for a node action, not the fleet: node actions stay O(1) on large fleets.
+        query = select(*SimNode.__table__.c).where(SimNode.fleet == self.fleet).order_by(SimNode.name)
+        if name is not None:
+            query = query.where(SimNode.name == name)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(*SimNode.__table__.c).where(SimNode.fleet == self.fleet).order_by(SimNode.name)
-            )
             return [
                 NodeInfo(
                     name=r.name,
@@ -115,14 +125,8 @@ class SimCluster:
                     unschedulable=r.unschedulable,
                     gpu_pods=r.gpu_pods,
                 )
-                for r in rows
+                for r in conn.execute(query)
             ]
-
-    def node(self, name: str) -> NodeInfo:
-        for info in self.list_nodes():
-            if info.name == name:
-                return info
-        raise SpecError(f"unknown node {name!r} in simulated fleet {self.fleet!r}")
 
     def gpu_uuids(self, node: str) -> list[str]:
         profile = self.spec.profile_of(node)

@@ -251,6 +251,12 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
+    def probed_nodes(self, run_id: int) -> list[str]:
+        """Nodes with a stored probe in this run (without loading raw outputs)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(Probe.nodes).where(Probe.run_id == run_id))
+            return sorted({node for (nodes,) in rows for node in nodes})
+
     def add_verdicts(
         self,
         run_id: int,
