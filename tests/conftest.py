@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.paths import DAGS, KNOWN_POOLS, ROOT
+from tests.paths import DAGS, DEMO_FLEET, KNOWN_POOLS, ROOT
 
 _home = pathlib.Path(os.environ.get("TEST_AIRFLOW_HOME") or ROOT / f".airflow-test-home-{os.getpid()}")
 shutil.rmtree(_home, ignore_errors=True)
@@ -114,3 +114,26 @@ def airflow_db() -> None:
         Pool.create_or_update_pool(
             "fleetval_node_diagnosis", slots=4, description="test", include_deferred=True, session=session
         )
+
+
+@pytest.fixture
+def sim_demo(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    """The demo fleet loaded into a fresh PostgreSQL store, and Airflow pointed at it (sim backend)."""
+    import json
+
+    from fleetval.sim.cluster import SimCluster
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    cluster = SimCluster.load(engine, load_fleet_spec(DEMO_FLEET.read_text()))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
+    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "demo")
+    yield Store(engine), cluster
+    engine.dispose()

@@ -8,3 +8,4 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DAGS = ROOT / "dags"
 FIXTURES = ROOT / "tests" / "fixtures"
 KNOWN_POOLS = {"default_pool", "fleetval_node_diagnosis"}
+DEMO_FLEET = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"

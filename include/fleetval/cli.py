@@ -104,6 +104,28 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     store = Store(engine)
     as_of = dt.datetime.now(dt.UTC)
     run_key = args.run_key or f"sim/{spec.name}/{args.suite}/{as_of:%Y%m%dT%H%M%S}"
+    if args.suite == "xid":
+        from fleetval.sim.xid_source import inject_spec_faults
+        from fleetval.suites import xid
+
+        inject_spec_faults(cluster, at=as_of, tag=run_key)
+        run_id = xid.run_remediation(
+            store,
+            cluster,
+            run_key=run_key,
+            fleet=spec.name,
+            breaker=xid.XidBreaker(args.max_action_fraction, args.max_rack_fraction),
+            dry_run=args.dry_run,
+            now=as_of,
+        )
+        _emit(
+            {
+                "run_id": run_id,
+                "run_key": run_key,
+                "verdicts": [_verdict_json(v) for v in store.verdicts(run_id)],
+            }
+        )
+        return 0
     run_id = weekly.run_weekly(
         store,
         cluster,
@@ -167,6 +189,24 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
         ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         + (f" ({hidden} passing GPU records not shown)" if hidden else "")
     )
+    return 0
+
+
+def cmd_sim_inject_xid(args: argparse.Namespace) -> int:
+    from fleetval.sim.cluster import SimCluster
+    from fleetval.sim.xid_source import inject
+    from fleetval.store.engine import make_engine
+
+    at = dt.datetime.now(dt.UTC)
+    cluster = SimCluster(make_engine(args.db), args.fleet)
+    nodes = args.node or []
+    delivered = inject(
+        cluster,
+        [(n, args.code, args.gpu, args.count) for n in nodes],
+        at=at,
+        tag=args.tag or f"{at:%Y%m%dT%H%M%S.%f}",
+    )
+    _emit({"fleet": args.fleet, "nodes": len(nodes), "lines": delivered})
     return 0
 
 
@@ -240,7 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sim_sub.add_parser("run", help="run a suite's pipeline in-process on a simulated fleet")
     p_run.add_argument("fleet", help="fleet spec YAML")
     p_run.add_argument("--db", required=True)
-    p_run.add_argument("--suite", choices=["weekly"], default="weekly")
+    p_run.add_argument(
+        "--suite",
+        choices=["weekly", "xid"],
+        default="weekly",
+        help="weekly: DCGM r2 sweep; xid: deliver the spec's xid faults and remediate",
+    )
     p_run.add_argument(
         "--run-key", help="idempotency key; the same key re-judges the same run without duplicates"
     )
@@ -258,6 +303,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--reset", action="store_true", help="reset cluster state (cordons, labels) from the spec"
     )
     p_load.set_defaults(func=cmd_sim_load)
+
+    p_inj = sim_sub.add_parser("inject-xid", help="deliver Xid kernel lines for nodes to the Xid inbox")
+    p_inj.add_argument("fleet", help="name of a loaded simulated fleet")
+    p_inj.add_argument("--db", required=True)
+    p_inj.add_argument("--node", action="append", required=True, help="node name (repeatable)")
+    p_inj.add_argument("--code", type=int, required=True, help="Xid number")
+    p_inj.add_argument("--gpu", type=int, default=0)
+    p_inj.add_argument("--count", type=int, default=1)
+    p_inj.add_argument("--tag", help="delivery id (same tag again delivers nothing new)")
+    p_inj.set_defaults(func=cmd_sim_inject_xid)
 
     p_ver = sub.add_parser("verdicts", help="show the verdicts of a run (default: the latest)")
     p_ver.add_argument("--db", required=True)

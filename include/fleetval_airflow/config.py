@@ -31,7 +31,11 @@ def _store_for(url: str) -> Store:
 
 
 def db_url() -> str:
-    conn = Connection.get(DB_CONN_ID)
+    return url_from_connection(Connection.get(DB_CONN_ID))
+
+
+def url_from_connection(conn: Connection) -> str:
+    """The SQLAlchemy URL a `fleetval_db` connection stands for."""
     url = (conn.extra_dejson or {}).get("url")
     if url:
         return str(url)

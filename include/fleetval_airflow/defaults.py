@@ -26,4 +26,5 @@ class Pool(enum.StrEnum):
 class Tag(enum.StrEnum):
     LAYER_DEVICE = "layer:device"
     SCHEDULE_WEEKLY = "schedule:weekly"
+    SCHEDULE_EVENT = "schedule:event"
     OWNER = "owner:fleet-validation"

@@ -11,7 +11,7 @@ import pytest
 
 from tests.paths import DAGS, KNOWN_POOLS, ROOT
 
-EXPECTED_DAGS = {"weekly_health_sweep"}
+EXPECTED_DAGS = {"weekly_health_sweep", "xid_remediation"}
 ALLOWED_TAGS = {
     "layer:device",
     "layer:network",
@@ -103,3 +103,17 @@ def test_dag_files_do_no_io_at_parse_time() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_xid_remediation_shape(dagbag: Any) -> None:
+    dag = dagbag.dags["xid_remediation"]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "claim_xid_lines": ["close_run", "decide_and_cordon", "remediate_node"],
+        "decide_and_cordon": ["remediate_node"],
+        "remediate_node": ["close_run"],
+        "close_run": [],
+    }
+    # Event-driven: an asset whose watcher is the Xid inbox trigger.
+    [asset] = dag.timetable.asset_condition.objects
+    [watcher] = asset.watchers
+    assert watcher.trigger.serialize()[0] == "fleetval_airflow.triggers.xid_inbox.XidInboxTrigger"

@@ -5,16 +5,11 @@ on the right node and GPU; healthy nodes pass; a rerun adds no duplicate verdict
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fleetval.sim.cluster import SimCluster
-from fleetval.sim.spec import load_fleet_spec
-from fleetval.store.engine import make_engine
-from fleetval.store.migrate import upgrade
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
 from fleetval.store.repository import Store
 from tests.paths import ROOT
@@ -29,18 +24,10 @@ DCGM_FAULTS = {
 
 
 @pytest.fixture
-def sim_fleet(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Store, SimCluster]]:
-    engine = make_engine(pg_url)
-    upgrade(engine)
-    cluster = SimCluster.load(engine, load_fleet_spec(DEMO.read_text()))
+def sim_fleet(sim_demo: tuple[Store, SimCluster]) -> tuple[Store, SimCluster]:
+    _store, cluster = sim_demo
     cluster.set_gpu_pods("r01-n01", 2)  # a busy node: not idle, so not swept
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
-    )
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "demo")
-    yield Store(engine), cluster
-    engine.dispose()
+    return sim_demo
 
 
 def _run(dagbag: Any, conf: dict[str, Any]) -> Any:

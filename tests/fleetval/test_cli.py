@@ -86,7 +86,7 @@ def test_judge_xid_cordons_on_fell_off_bus(capsys: pytest.CaptureFixture[str]) -
 def test_db_upgrade_and_sim_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/f.db"
     code, data, _ = run(capsys, "db", "upgrade", "--db", db)
-    assert (code, data["revision"]) == (0, "0001")
+    assert (code, data["revision"]) == (0, "0002")
     code, data, _ = run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", "weekly", "--run-key", "k1")
     assert code == 0
     failed = sorted(

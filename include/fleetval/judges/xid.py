@@ -26,6 +26,7 @@ not all share one of the two cannot be ordered, so it is one window and one burs
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,6 +149,31 @@ class XidJudgement:
             )
             for d in self.decisions
         )
+
+    def verdicts_for_store(self) -> tuple[Verdict, ...]:
+        """`to_verdicts` with one subject per verdict, as the store keys them (criterion, subject)."""
+        verdicts = self.to_verdicts()
+        if not self.decisions:
+            return verdicts
+        return tuple(
+            dataclasses.replace(v, subject=s)
+            for v, s in zip(verdicts, _distinct_subjects(self.decisions), strict=True)
+        )
+
+
+def _distinct_subjects(decisions: Sequence[XidDecision]) -> list[str]:
+    """A verdict is stored per (criterion, subject): a GPU with several decisions (two rules, or
+    the same rule in two windows) gets `<uuid>#<rule_id>`, then a running number."""
+    seen: dict[str, int] = {}
+    out = []
+    for d in decisions:
+        subject = d.subject if d.subject not in seen else f"{d.subject}#{d.rule_id}"
+        if subject in seen:
+            subject = f"{subject}#{seen[subject] + 1}"
+        seen[d.subject] = seen.get(d.subject, 0) + 1
+        seen[subject] = seen.get(subject, 0) + 1
+        out.append(subject)
+    return out
 
 
 def judge_xid_to_json(judgement: XidJudgement) -> dict[str, Any]:

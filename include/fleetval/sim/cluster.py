@@ -33,6 +33,16 @@ DCGM_FAULT_KINDS: Final = {
 }
 
 
+XID_CLASS_TO_DCGM: Final = {"memory": "memory", "device": "pcie", "link": "nvlink"}
+
+
+def _xid_class(code: int) -> str:
+    from fleetval.policy.xid_table import XID_TABLE
+
+    rule = XID_TABLE.rules.get(code)
+    return rule.xid_class.value if rule is not None else "unknown"
+
+
 def gpu_uuid(seed: int, node: str, index: int) -> str:
     digest = hashlib.sha256(f"{seed}/{node}/{index}".encode()).digest()
     return f"GPU-{uuid.UUID(bytes=digest[:16])}"
@@ -157,6 +167,15 @@ class SimCluster:
             for f in self.spec.faults_on(node, "device")
             if f.kind in DCGM_FAULT_KINDS
         ]
+        # A GPU that raised a hardware-class Xid fails the stress levels (r3+) the way DCGM would
+        # find the damage; application/driver Xids leave the hardware healthy.
+        if level >= 3:
+            faults += [
+                DcgmFault(gpu=int(f.params["gpu"]), kind=kind)
+                for f in self.spec.faults_on(node, "device")
+                if f.kind == "xid"
+                and (kind := XID_CLASS_TO_DCGM.get(_xid_class(int(f.params["code"])), "")) != ""
+            ]
         dcgm_major = int(self.spec.raw.get("profiles", {}).get(profile.name, {}).get("dcgm_major", 4))
         return render_dcgm(
             level=level,

@@ -181,3 +181,23 @@ class SimNode(Base):
     taints: Mapped[list[dict[str, str]]] = mapped_column(JsonDoc, default=list)
     unschedulable: Mapped[bool] = mapped_column(Boolean, default=False)
     gpu_pods: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class XidInbox(Base):
+    """Kernel Xid lines waiting for remediation, one row per line as the source delivered it.
+
+    Sources: the simulator (`fleetval sim inject-xid`) and, on a cluster, node-problem-detector
+    Events copied in by the trigger. The trigger marks rows `dispatch_id` (one DAG run each); the
+    run marks them `claimed_run_id`. Rows are never deleted: they are the raw evidence.
+    """
+
+    __tablename__ = "xid_inbox"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    source_key: Mapped[str] = mapped_column(String(250), unique=True)
+    node: Mapped[str] = mapped_column(String(253), index=True)
+    line: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(32))
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    dispatch_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    dispatched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    claimed_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)

@@ -1,0 +1,61 @@
+"""The simulator's Xid event source: kernel lines for `xid` faults (or ad-hoc injections), in the
+real `iso` syslog shape (absolute timestamps, so time-to-cordon can be measured), delivered to
+the `xid_inbox` as a log shipper would."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from fleetval.parsers.xid import normalize_pci
+from fleetval.sim.cluster import SimCluster, gpu_pci
+from fleetval.sim.xid_output import render_xid_lines
+from fleetval.suites.xid import receive_lines
+
+
+def xid_lines(
+    cluster: SimCluster, node: str, *, code: int, gpu: int, count: int, at: dt.datetime
+) -> list[str]:
+    domain, bus, device = gpu_pci(gpu).rsplit(".", 1)[0].split(":")  # 00000000:3A:00.0
+    pci = normalize_pci(f"{domain[-4:]}:{bus}:{device}")
+    text = render_xid_lines(
+        code=code,
+        gpu_pci=pci,
+        gpu_uuid=cluster.gpu_uuids(node)[gpu],
+        count=count,
+        start_epoch_s=at.timestamp(),
+        style="iso",
+        host=node,
+        interval_s=0.2,
+    )
+    return text.splitlines()
+
+
+def inject(
+    cluster: SimCluster,
+    injections: Sequence[tuple[str, int, int, int]],
+    *,
+    at: dt.datetime,
+    tag: str,
+) -> int:
+    """Deliver (node, code, gpu, count) Xid lines to the inbox; `tag` keeps deliveries apart."""
+    rows = []
+    for node, code, gpu, count in injections:
+        cluster.node(node)  # unknown node: SpecError
+        for i, line in enumerate(xid_lines(cluster, node, code=code, gpu=gpu, count=count, at=at)):
+            rows.append((f"sim/{tag}/{node}/{code}/{gpu}/{i}", node, line, "sim"))
+    return receive_lines(cluster.engine, rows, at=at)
+
+
+def inject_spec_faults(cluster: SimCluster, *, at: dt.datetime, tag: str) -> int:
+    """Deliver the fleet spec's `xid` faults."""
+    faults = [f for f in cluster.spec.faults if f.kind == "xid" and f.node is not None]
+    return inject(
+        cluster,
+        [
+            (str(f.node), int(f.params["code"]), int(f.params["gpu"]), int(f.params.get("count", 1)))
+            for f in faults
+        ],
+        at=at,
+        tag=tag,
+    )

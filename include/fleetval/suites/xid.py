@@ -1,0 +1,406 @@
+"""Xid remediation (D-DEV-02, D-DEV-05, D-DEV-06): Xid lines → decision table → cordon → DCGM r3
+→ return to service or quarantine, within a circuit breaker, with time-to-cordon recorded.
+
+Flow, one function per step so the `xid_remediation` DAG and `fleetval sim run --suite xid`
+share it:
+
+1. `receive_lines` — a source appends kernel lines to the `xid_inbox` (the raw evidence; never
+   deleted). Sources: the simulator, or node-problem-detector Events on a cluster.
+2. `dispatch_pending` — the trigger reserves undispatched rows for one DAG run.
+3. `claim` — the run takes its rows (or, run by hand, everything pending), grouped per node.
+4. `decide_and_cordon` — per node: raw lines stored as an `xid` probe, parsed, judged (D-DEV-06);
+   a `cordon` decision cordons the node and taints it for maintenance unless the breaker is open
+   (F-SAFE-01 alert instead). Time from the first Xid to the cordon is a D-DEV-05 verdict.
+5. `remediate` — once the node runs no GPU pods (the job that hit the Xid ends first), DCGM r3
+   through the post-xid gate: Pass → uncordon, Fail → quarantine (D-DEV-02).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from fleetval.backends import MAINTENANCE_TAINT, Backend, NodeActions, NodeInfo
+from fleetval.judges.xid import judge_xid
+from fleetval.parsers.xid import parse_xid
+from fleetval.policy import node_health as nh
+from fleetval.policy.blast_radius import ActionBudget
+from fleetval.policy.xid_table import XID_TABLE_VERSION, NodeAction
+from fleetval.records import Result, Verdict
+from fleetval.remediation import PlannedAction, apply_actions
+from fleetval.store.models import XidInbox
+from fleetval.store.repository import ProbeIn, Store
+from fleetval.suites import device
+
+REMEDIATION_LABEL: Final = "fleetval.io/xid-remediation"
+# A dispatched batch whose run never claimed it (triggerer died between reserving and firing)
+# is handed to the next run after this long.
+STALE_DISPATCH: Final = dt.timedelta(minutes=10)
+GATE: Final = "post-xid"
+LEVEL: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class XidBreaker:
+    """Circuit breaker for Xid cordons: at most this share of the fleet (and of a rack) cordoned
+    by Xid remediation within `window` (NVSentinel's default: 50 % in 5 min; ours is tighter)."""
+
+    max_fleet_fraction: float = 0.10
+    max_rack_fraction: float = 0.50
+    window: dt.timedelta = dt.timedelta(minutes=5)
+
+    def budget(self) -> ActionBudget:
+        return ActionBudget(self.max_fleet_fraction, self.max_rack_fraction)
+
+
+@dataclass(frozen=True, slots=True)
+class CordonOutcome:
+    node: str
+    node_action: str
+    cordoned: bool
+    withheld: bool
+    time_to_cordon_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "node_action": self.node_action,
+            "cordoned": self.cordoned,
+            "withheld": self.withheld,
+            "time_to_cordon_s": self.time_to_cordon_s,
+        }
+
+
+# --- inbox ----------------------------------------------------------------------------------
+def receive_lines(engine: Engine, rows: Sequence[tuple[str, str, str, str]], *, at: dt.datetime) -> int:
+    """Append (source_key, node, line, source) rows; a row already received is ignored."""
+    if not rows:
+        return 0
+    values = [
+        {"source_key": k, "node": n, "line": line, "source": s, "received_at": at} for k, n, line, s in rows
+    ]
+    with engine.begin() as conn:
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(XidInbox).on_conflict_do_nothing(index_elements=["source_key"])
+        return int(conn.execute(stmt, values).rowcount or 0)
+
+
+def dispatch_pending(engine: Engine, *, now: dt.datetime) -> dict[str, Any] | None:
+    """Reserve every undispatched (or stale-dispatched, unclaimed) row for one run."""
+    dispatch_id = uuid.uuid4().hex
+    with engine.begin() as conn:
+        result = conn.execute(
+            update(XidInbox)
+            .where(XidInbox.claimed_run_id.is_(None), _pending_or_stale(now))
+            .values(dispatch_id=dispatch_id, dispatched_at=now)
+        )
+        if not result.rowcount:
+            return None
+        nodes = conn.execute(
+            select(XidInbox.node).where(XidInbox.dispatch_id == dispatch_id).distinct()
+        ).all()
+    return {"dispatch_id": dispatch_id, "lines": int(result.rowcount), "nodes": len(nodes)}
+
+
+def _pending_or_stale(now: dt.datetime) -> Any:
+    return or_(
+        XidInbox.dispatch_id.is_(None),
+        and_(XidInbox.dispatched_at.is_not(None), XidInbox.dispatched_at < now - STALE_DISPATCH),
+    )
+
+
+def claim(
+    engine: Engine, run_id: int, *, dispatch_ids: Sequence[str] | None, now: dt.datetime, max_nodes: int
+) -> dict[str, list[str]]:
+    """Take this run's rows, at most `max_nodes` nodes (the rest wait for the next run, which
+    keeps a run under max_map_length); returns node → lines in arrival order. Idempotent: rows
+    this run already claimed are returned again."""
+    with engine.begin() as conn:
+        unclaimed = XidInbox.claimed_run_id.is_(None)
+        if dispatch_ids is None:
+            scope = and_(unclaimed, _pending_or_stale(now))
+        else:
+            scope = and_(unclaimed, XidInbox.dispatch_id.in_(list(dispatch_ids)))
+        nodes = [
+            n
+            for (n,) in conn.execute(
+                select(XidInbox.node)
+                .where(scope)
+                .group_by(XidInbox.node)
+                .order_by(XidInbox.node)
+                .limit(max_nodes)
+            )
+        ]
+        if nodes:
+            conn.execute(
+                update(XidInbox).where(scope, XidInbox.node.in_(nodes)).values(claimed_run_id=run_id)
+            )
+    return claimed_lines(engine, run_id)
+
+
+def claimed_lines(engine: Engine, run_id: int) -> dict[str, list[str]]:
+    """node → the lines run `run_id` claimed, in arrival order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(XidInbox.node, XidInbox.line)
+            .where(XidInbox.claimed_run_id == run_id)
+            .order_by(XidInbox.id)
+        ).all()
+    claimed: dict[str, list[str]] = defaultdict(list)
+    for node, line in rows:
+        claimed[node].append(line)
+    return dict(claimed)
+
+
+def first_received(engine: Engine, run_id: int) -> dict[str, dt.datetime]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(XidInbox.node, XidInbox.received_at).where(XidInbox.claimed_run_id == run_id)
+        )
+        out: dict[str, dt.datetime] = {}
+        for node, at in rows:
+            at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+            out[node] = min(out.get(node, at), at)
+        return out
+
+
+# --- decide and cordon ----------------------------------------------------------------------
+def decide_and_cordon(
+    store: Store,
+    backend: Backend,
+    *,
+    run_id: int,
+    run_key: str,
+    claimed: Mapping[str, Sequence[str]],
+    breaker: XidBreaker,
+    dry_run: bool,
+    now: dt.datetime,
+) -> list[CordonOutcome]:
+    """Judge each node's Xid lines and cordon where the table says so, within the breaker."""
+    inventory = {n.name: n for n in backend.list_nodes()}
+    racks = Counter(n.rack for n in inventory.values())
+    received = first_received(store.engine, run_id)
+    store.ingest(
+        run_id,
+        [
+            ProbeIn(f"{run_key}/xid/{node}", "xid", "\n".join(lines) + "\n", (node,))
+            for node, lines in sorted(claimed.items())
+        ],
+    )
+    taken = _recent_xid_cordons(store, now=now, window=breaker.window, inventory=inventory)
+    outcomes: list[CordonOutcome] = []
+    results: list[tuple[str, Sequence[Any], Sequence[Verdict], str | None]] = []
+    for node, lines in sorted(claimed.items()):
+        events = parse_xid("\n".join(lines) + "\n")
+        judgement = judge_xid(events, node=node, as_of=now.timestamp())
+        verdicts = list(judgement.verdicts_for_store())
+        rack = inventory[node].rack if node in inventory else ""
+        cordon = judgement.node_action is NodeAction.CORDON
+        cordoned = withheld = False
+        ttc: float | None = None
+        if cordon:
+            if breaker.budget().allows(node, rack, taken=taken, fleet_size=len(inventory), rack_sizes=racks):
+                taken[node] = rack
+                cordon_at = _cordon(
+                    store, backend, node, rack, run_id, run_key, judgement.node_rule_id, dry_run
+                )
+                cordoned = True
+                first = _first_xid_time(events) or received.get(node, now).timestamp()
+                ttc = max(0.0, cordon_at.timestamp() - first)
+                verdicts.append(_time_to_cordon_verdict(node, ttc, judgement.node_rule_id, dry_run))
+            else:
+                withheld = True
+                verdicts.append(_breaker_alert(node, rack, len(taken), len(inventory), breaker))
+                store.record_node_event(
+                    f"{run_key}/{node}/withheld",
+                    node=node,
+                    kind="withheld",
+                    reason="xid cordon withheld by the circuit breaker",
+                    dry_run=dry_run,
+                    run_id=run_id,
+                    details={"rack": rack, "source": "xid"},
+                    at=now,
+                )
+        results.append((f"{run_key}/xid/{node}", [], verdicts, node))
+        outcomes.append(CordonOutcome(node, judgement.node_action.value, cordoned, withheld, ttc))
+    store.attach_results(run_id, results)
+    return outcomes
+
+
+def _first_xid_time(events: Sequence[Any]) -> float | None:
+    times = [e.epoch_s for e in events if e.epoch_s is not None]
+    return min(times) if times else None
+
+
+def _recent_xid_cordons(
+    store: Store, *, now: dt.datetime, window: dt.timedelta, inventory: Mapping[str, NodeInfo]
+) -> dict[str, str]:
+    since = now - window
+    taken: dict[str, str] = {}
+    for e in store.node_events(kind="cordon"):
+        at = e["at"] if e["at"].tzinfo else e["at"].replace(tzinfo=dt.UTC)
+        if (e["details"] or {}).get("source") == "xid" and at >= since:
+            taken[e["node"]] = inventory[e["node"]].rack if e["node"] in inventory else ""
+    return taken
+
+
+def _cordon(
+    store: Store,
+    nodes: NodeActions,
+    node: str,
+    rack: str,
+    run_id: int,
+    run_key: str,
+    rule_id: str,
+    dry_run: bool,
+) -> dt.datetime:
+    at = dt.datetime.now(dt.UTC)
+    details = {"rack": rack, "source": "xid", "rule_id": rule_id}
+    for kind, op in (("cordon", "cordon"), ("taint", "taint"), ("label", "label")):
+        fresh = store.record_node_event(
+            f"{run_key}/{node}/{kind}",
+            node=node,
+            kind=kind,
+            reason=f"Xid decision {rule_id}",
+            dry_run=dry_run,
+            run_id=run_id,
+            details=details,
+            at=at,
+        )
+        if not fresh or dry_run:
+            continue
+        if op == "cordon":
+            nodes.cordon(node)
+        elif op == "taint":
+            nodes.add_taint(node, MAINTENANCE_TAINT, "xid", "NoSchedule")
+        else:
+            nodes.set_labels(node, {REMEDIATION_LABEL: "pending-r3"})
+    return at
+
+
+def _time_to_cordon_verdict(node: str, seconds: float, rule_id: str, dry_run: bool) -> Verdict:
+    target = 15.0
+    return Verdict(
+        "D-DEV-05",
+        node,
+        Result.PASS if seconds <= target else Result.WARN,
+        "none",
+        "xid.time_to_cordon",
+        f"cordoned {seconds:.1f}s after the first Xid" + (" (shadow mode: not applied)" if dry_run else ""),
+        {"time_to_cordon_s": round(seconds, 3), "decided_by": rule_id, "dry_run": dry_run},
+        {"target_p90_s": target, "xid_table_version": XID_TABLE_VERSION},
+    )
+
+
+def _breaker_alert(node: str, rack: str, taken: int, fleet: int, breaker: XidBreaker) -> Verdict:
+    return Verdict(
+        "F-SAFE-01",
+        node,
+        Result.FAIL,
+        "alert_operator",
+        "safety.xid_breaker.open",
+        f"Xid cordon of {node} withheld: {taken} of {fleet} nodes already cordoned for Xids within "
+        f"{breaker.window.total_seconds():.0f}s",
+        {"rack": rack, "already_cordoned": taken, "fleet_size": fleet},
+        {
+            "breaker": {
+                "max_fleet_fraction": breaker.max_fleet_fraction,
+                "max_rack_fraction": breaker.max_rack_fraction,
+                "window_s": breaker.window.total_seconds(),
+            }
+        },
+    )
+
+
+# --- remediate ------------------------------------------------------------------------------
+def remediate(
+    store: Store,
+    backend: Backend,
+    *,
+    run_id: int,
+    run_key: str,
+    node: str,
+    dry_run: bool,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """r3 on a cordoned node once it runs no GPU pods; Pass returns it, Fail quarantines it.
+
+    A node still busy returns `waiting` (the task retries later); this never evicts a job.
+    """
+    info = next((n for n in backend.list_nodes() if n.name == node), None)
+    if info is None:
+        return {"node": node, "state": "gone"}
+    if info.gpu_pods:
+        return {"node": node, "state": "waiting", "gpu_pods": info.gpu_pods}
+    outputs = backend.run_probes(device.dcgm_specs([info], level=LEVEL, run_key=run_key))
+    keys = device.store_probe_outputs(store, run_id, outputs)
+    decisions = device.judge_stored_dcgm(
+        store, run_id, keys, gate=GATE, level=LEVEL, gpu_uuids=getattr(backend, "gpu_uuids", None)
+    )
+    racks = Counter(n.rack for n in backend.list_nodes())
+    planned = [PlannedAction(d.node, info.rack, d.action, d.reason, d.rule_id) for d in decisions]
+    # The cordon was this run's disruptive act; quarantining the same node is not a second one.
+    apply_actions(
+        planned,
+        nodes=backend,
+        store=store,
+        run_id=run_id,
+        run_key=run_key,
+        budget=ActionBudget(1.0, 1.0),
+        fleet_size=sum(racks.values()),
+        rack_sizes=racks,
+        dry_run=dry_run,
+        as_of=now,
+    )
+    if not dry_run and decisions and decisions[0].action in (nh.RETURN_TO_SERVICE, nh.QUARANTINE):
+        backend.set_labels(
+            node,
+            {REMEDIATION_LABEL: "done" if decisions[0].action == nh.RETURN_TO_SERVICE else "quarantined"},
+        )
+    return (
+        {"node": node, "state": "judged", **decisions[0].to_json()}
+        if decisions
+        else {"node": node, "state": "no-probe"}
+    )
+
+
+def run_remediation(
+    store: Store,
+    backend: Backend,
+    *,
+    run_key: str,
+    fleet: str | None,
+    breaker: XidBreaker,
+    dry_run: bool,
+    now: dt.datetime,
+    max_nodes: int = 1024,
+) -> int:
+    """Everything pending in the inbox, in-process (what the DAG does task by task)."""
+    run_id = store.ensure_run(
+        run_key, suite="xid", backend=backend.name, fleet=fleet, meta={"dry_run": dry_run}
+    )
+    claimed = claim(store.engine, run_id, dispatch_ids=None, now=now, max_nodes=max_nodes)
+    outcomes = decide_and_cordon(
+        store,
+        backend,
+        run_id=run_id,
+        run_key=run_key,
+        claimed=claimed,
+        breaker=breaker,
+        dry_run=dry_run,
+        now=now,
+    )
+    for outcome in outcomes:
+        if outcome.cordoned:
+            remediate(
+                store, backend, run_id=run_id, run_key=run_key, node=outcome.node, dry_run=dry_run, now=now
+            )
+    store.finish_run(run_id)
+    return run_id
