@@ -16,12 +16,18 @@ def _run_key() -> str:
 
 
 def _breaker(params: dict[str, Any]) -> Any:
+    """The breaker from the run's params, overridden by Variable `fleetval_xid_breaker`
+    (JSON with any of max_fleet_fraction, max_rack_fraction, breaker_window_s): event-triggered
+    runs take the params' defaults, and operators tune the breaker without a deploy."""
+    from airflow.sdk import Variable
+
     from fleetval.suites.xid import XidBreaker
 
+    merged = {**params, **(Variable.get("fleetval_xid_breaker", default=None, deserialize_json=True) or {})}
     return XidBreaker(
-        float(params["max_fleet_fraction"]),
-        float(params["max_rack_fraction"]),
-        dt.timedelta(seconds=float(params["breaker_window_s"])),
+        float(merged["max_fleet_fraction"]),
+        float(merged["max_rack_fraction"]),
+        dt.timedelta(seconds=float(merged["breaker_window_s"])),
     )
 
 

@@ -78,3 +78,16 @@ def test_breaker_and_shadow_mode(airflow_db: None, dagbag: Any, sim_demo: tuple[
     assert all(e["dry_run"] for e in store.node_events())
     alerts = [r for r in store.verdicts() if r["criterion"] == "F-SAFE-01"]
     assert sorted(a["subject"] for a in alerts) == sorted(set(victims) - {e["node"] for e in cordons})
+
+
+def test_breaker_variable_overrides_params(monkeypatch: Any) -> None:
+    from fleetval_airflow.xid_tasks import _breaker
+
+    assert _breaker(PARAMS).max_fleet_fraction == 0.25
+    monkeypatch.setenv(
+        "AIRFLOW_VAR_FLEETVAL_XID_BREAKER", '{"max_fleet_fraction": 0.0625, "breaker_window_s": 5}'
+    )
+    breaker = _breaker(PARAMS)
+    assert breaker.max_fleet_fraction == 0.0625
+    assert breaker.max_rack_fraction == 0.5
+    assert breaker.window.total_seconds() == 5
