@@ -41,7 +41,15 @@ trap 'echo; echo "== stopping Airflow"; stop; exit 0' INT TERM
 trap stop EXIT
 
 python scripts/demo_driver.py --port "$PORT" --user admin --password fleetval --dag weekly_health_sweep \
+  --unpause xid_remediation \
   --conf '{"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "max_action_fraction": 0.25}'
+echo
+fleetval verdicts --db "$FLEETVAL_DB"
+echo
+echo "== an Xid 79 (GPU fell off the bus) on r02-n08 GPU 2: the event wakes xid_remediation"
+fleetval sim inject-xid demo --db "$FLEETVAL_DB" --node r02-n08 --code 79 --gpu 2 >/dev/null
+python scripts/demo_driver.py --port "$PORT" --user admin --password fleetval --dag xid_remediation \
+  --await-event-run
 echo
 fleetval verdicts --db "$FLEETVAL_DB"
 echo

@@ -42,6 +42,12 @@ def main() -> None:
     ap.add_argument("--password", required=True)
     ap.add_argument("--dag", required=True)
     ap.add_argument("--conf", default="{}")
+    ap.add_argument("--unpause", action="append", default=[], help="also unpause this DAG (repeatable)")
+    ap.add_argument(
+        "--await-event-run",
+        action="store_true",
+        help="do not trigger: wait for the DAG's first event-triggered run to finish",
+    )
     args = ap.parse_args()
     base = f"http://localhost:{args.port}"
     t0 = time.time()
@@ -51,23 +57,27 @@ def main() -> None:
         return all(health.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler"))
 
     wait_for("the Airflow api-server and scheduler", healthy, 180)
-    print(f"== Airflow healthy after {time.time() - t0:.0f}s")
-    token = call(base, "POST", "/auth/token", body={"username": args.user, "password": args.password})[
-        "access_token"
-    ]
-    wait_for(
-        f"DAG {args.dag} to be parsed", lambda: call(base, "GET", f"/api/v2/dags/{args.dag}", token), 120
-    )
-    call(base, "PATCH", f"/api/v2/dags/{args.dag}", token, {"is_paused": False})
-    run = call(
-        base,
-        "POST",
-        f"/api/v2/dags/{args.dag}/dagRuns",
-        token,
-        {"logical_date": None, "conf": json.loads(args.conf)},
-    )
-    run_id = run["dag_run_id"]
-    print(f"== triggered {args.dag} run {run_id}")
+    login = {"username": args.user, "password": args.password}
+    token = call(base, "POST", "/auth/token", body=login)["access_token"]
+    for dag_id in [args.dag, *args.unpause]:
+        wait_for(
+            f"DAG {dag_id} to be parsed", lambda d=dag_id: call(base, "GET", f"/api/v2/dags/{d}", token), 120
+        )
+        call(base, "PATCH", f"/api/v2/dags/{dag_id}", token, {"is_paused": False})
+
+    if args.await_event_run:
+
+        def first_run() -> str | None:
+            runs = call(base, "GET", f"/api/v2/dags/{args.dag}/dagRuns?order_by=-run_after&limit=1", token)
+            return runs["dag_runs"][0]["dag_run_id"] if runs["dag_runs"] else None
+
+        run_id = wait_for(f"an event-triggered run of {args.dag}", first_run, 180)
+        print(f"== {args.dag} run {run_id} started by its event")
+    else:
+        print(f"== Airflow healthy after {time.time() - t0:.0f}s")
+        body = {"logical_date": None, "conf": json.loads(args.conf)}
+        run_id = call(base, "POST", f"/api/v2/dags/{args.dag}/dagRuns", token, body)["dag_run_id"]
+        print(f"== triggered {args.dag} run {run_id}")
     state = ""
 
     def finished() -> str | None:
