@@ -126,6 +126,8 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    if args.suite == "nccl":
+        return _sim_nccl(args, store, cluster, run_key)
     run_id = weekly.run_weekly(
         store,
         cluster,
@@ -138,6 +140,50 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     )
     verdicts = store.verdicts(run_id)
     _emit({"run_id": run_id, "run_key": run_key, "verdicts": [_verdict_json(v) for v in verdicts]})
+    return 0
+
+
+def _sim_nccl(args: argparse.Namespace, store: Any, cluster: Any, run_key: str) -> int:
+    """Post-upgrade NCCL sweep in-process; `--reference` nodes first measure and promote the
+    baselines (as onboarding does), since verdicts are only ever judged against measured ones."""
+    from fleetval.suites import nccl
+
+    baselines = []
+    if args.reference:
+        ref_run = nccl.run_sweep(
+            store,
+            cluster,
+            run_key=f"{run_key}/reference",
+            nodes=args.reference,
+            dry_run=True,
+            fleet=cluster.fleet,
+        )
+        profiles = {cluster.node(n).profile for n in args.reference}
+        for profile in sorted(profiles):
+            gpus = cluster.spec.profiles[profile].gpus
+            for scope in (nccl.intra_scope(gpus), nccl.inter_scope(gpus)):
+                made = nccl.establish_baseline(store, ref_run, profile, scope)
+                store.promote_baseline(made.baseline_id)
+                baselines.append(
+                    {
+                        "profile": profile,
+                        "scope": scope,
+                        "id": made.baseline_id,
+                        "version": made.version,
+                        "busbw_gbps": made.value,
+                    }
+                )
+    run_id = nccl.run_sweep(
+        store, cluster, run_key=run_key, nodes=None, dry_run=args.dry_run, fleet=cluster.fleet
+    )
+    _emit(
+        {
+            "run_id": run_id,
+            "run_key": run_key,
+            "baselines": baselines,
+            "verdicts": [_verdict_json(v) for v in store.verdicts(run_id)],
+        }
+    )
     return 0
 
 
@@ -282,9 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--db", required=True)
     p_run.add_argument(
         "--suite",
-        choices=["weekly", "xid"],
+        choices=["weekly", "xid", "nccl"],
         default="weekly",
-        help="weekly: DCGM r2 sweep; xid: deliver the spec's xid faults and remediate",
+        help="weekly: DCGM r2 sweep; xid: deliver the spec's xid faults and remediate; "
+        "nccl: post-upgrade NCCL sweep",
+    )
+    p_run.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        help="nccl: a reference node measured and promoted as the baseline first (repeatable)",
     )
     p_run.add_argument(
         "--run-key", help="idempotency key; the same key re-judges the same run without duplicates"

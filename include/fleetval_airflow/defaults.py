@@ -25,6 +25,8 @@ class Pool(enum.StrEnum):
 
 class Tag(enum.StrEnum):
     LAYER_DEVICE = "layer:device"
+    LAYER_NETWORK = "layer:network"
     SCHEDULE_WEEKLY = "schedule:weekly"
     SCHEDULE_EVENT = "schedule:event"
+    SCHEDULE_MANUAL = "schedule:manual"
     OWNER = "owner:fleet-validation"

@@ -84,6 +84,10 @@ class KubernetesBackend:
             return list(pool.map(self._run_one, specs))
 
     def _run_one(self, spec: ProbeSpec) -> ProbeOutput:
+        if len(spec.params.get("nodes") or ()) > 1:  # multi-node: an MPIJob gang-admitted by Kueue
+            from fleetval_airflow.k8s_mpijob import run_mpijob_probe
+
+            return run_mpijob_probe(self.hook.custom_object_client, self.core, spec)
         started = time.time()
         pod = render_pod(spec)
         namespace = pod.metadata.namespace

@@ -11,7 +11,7 @@ import pytest
 
 from tests.paths import DAGS, KNOWN_POOLS, ROOT
 
-EXPECTED_DAGS = {"weekly_health_sweep", "xid_remediation"}
+EXPECTED_DAGS = {"weekly_health_sweep", "xid_remediation", "post_upgrade_nccl_sweep", "baseline_backfill"}
 ALLOWED_TAGS = {
     "layer:device",
     "layer:network",
@@ -117,3 +117,72 @@ def test_xid_remediation_shape(dagbag: Any) -> None:
     [asset] = dag.timetable.asset_condition.objects
     [watcher] = asset.watchers
     assert watcher.trigger.serialize()[0] == "fleetval_airflow.triggers.xid_inbox.XidInboxTrigger"
+
+
+def test_post_upgrade_nccl_sweep_shape(dagbag: Any) -> None:
+    dag = dagbag.dags["post_upgrade_nccl_sweep"]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "start_run": ["gate", "isolate", "pair_batches", "plan_sweep", "sweep_intra", "sweep_pairs"],
+        "plan_sweep": ["pair_batches", "sweep_intra"],
+        "pair_batches": ["sweep_pairs"],
+        "sweep_intra": ["sweep_pairs"],
+        "sweep_pairs": ["isolate"],
+        "isolate": ["gate"],
+        "gate": [],
+    }
+    for mapped in ("sweep_intra", "sweep_pairs"):  # batches, so fleets past max_map_length fit
+        task = dag.get_task(mapped)
+        assert task.partial_kwargs["pool"] == "fleetval_node_diagnosis"
+    for task_id in ("sweep_pairs", "isolate", "gate"):  # the gate decides even if a batch broke
+        task = dag.get_task(task_id)
+        rule = (
+            task.partial_kwargs.get("trigger_rule") if hasattr(task, "partial_kwargs") else task.trigger_rule
+        )
+        assert rule == "all_done"
+    assert dag.max_active_runs == 1
+    # event-driven (driver upgrade-done) and manual
+    [asset] = dag.timetable.asset_condition.objects
+    [watcher] = asset.watchers
+    assert (
+        watcher.trigger.serialize()[0] == "fleetval_airflow.triggers.driver_upgrade.DriverUpgradeDoneTrigger"
+    )
+    assert set(dag.tags) == {"layer:network", "schedule:event", "schedule:manual", "owner:fleet-validation"}
+    assert dict(dag.params)["repeats"] == 3 and dict(dag.params)["nodes"] == []
+
+
+def test_post_upgrade_nccl_sweep_params_reject_bad_input(dagbag: Any) -> None:
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dagbag.dags["post_upgrade_nccl_sweep"].params)
+    params["nodes"] = ["r01-n01", "r01-n02"]
+    with pytest.raises(ParamValidationError):
+        params["repeats"] = 0
+    with pytest.raises(ParamValidationError):
+        params["nodes"] = "r01-n01"
+    with pytest.raises(ParamValidationError):
+        params["nodes"] = ["a", "a"]
+
+
+def test_baseline_backfill_shape(dagbag: Any) -> None:
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.dags["baseline_backfill"]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "plan_backfill": ["rederive"],
+        "rederive": ["backfill_report"],
+        "backfill_report": [],
+    }
+    assert dag.get_task("rederive").partial_kwargs["max_active_tis_per_dagrun"] == 1
+    # a time-based schedule is what Airflow backfill needs; catchup off so unpausing runs one day
+    assert dag.schedule == "@daily" and dag.catchup is False and dag.max_active_runs == 1
+    params = copy.deepcopy(dag.params)
+    params["since"] = "2026-11-01"
+    params["profile"] = None
+    with pytest.raises(ParamValidationError):
+        params["promote"] = "yes"
+    with pytest.raises(ParamValidationError):
+        params["since"] = 20261101

@@ -112,3 +112,33 @@ def test_criteria_catalog_lists_every_mission_id(capsys: pytest.CaptureFixture[s
     ids = {c["id"] for c in data["criteria"]}
     assert code == 0
     assert {"D-DEV-01", "D-NET-NCCL-04", "D-SCHED-07", "D-JOB-CKPT-07", "D-GPU-TS-01", "D-OP-04"} <= ids
+
+
+def test_sim_run_nccl_locates_every_faulty_node(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    netlab = ROOT / "include" / "fleetval" / "sim" / "fleets" / "netlab.yaml"
+    refs = [
+        "--reference",
+        "r01-n01",
+        "--reference",
+        "r01-n03",
+        "--reference",
+        "r02-n02",
+        "--reference",
+        "r02-n04",
+    ]
+    code, data, _ = run(
+        capsys, "sim", "run", str(netlab), "--db", f"sqlite:///{tmp_path}/n.db", "--suite", "nccl", *refs
+    )
+    assert code == 0
+    assert {b["scope"] for b in data["baselines"]} == {"intra-8", "inter-2x8"}
+    located = {v["subject"] for v in data["verdicts"] if v["rule_id"] == "nccl.isolation.located"}
+    assert located == {"r01-n02", "r01-n04", "r01-n06", "r02-n03", "r02-n05", "r02-n07"}
+    failed_single = {
+        v["subject"] for v in data["verdicts"] if v["result"] == "fail" and "+" not in v["subject"]
+    }
+    assert failed_single == located
+    assert all(
+        v["judged_against"].get("baseline_version") == 1
+        for v in data["verdicts"]
+        if v["criterion"] == "D-NET-NCCL-01" and v["result"] == "pass"
+    )

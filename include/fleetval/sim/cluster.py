@@ -20,6 +20,7 @@ from fleetval.backends import NodeInfo, ProbeOutput
 from fleetval.errors import SpecError
 from fleetval.k8s.specs import ProbeSpec
 from fleetval.sim.dcgm_output import DcgmFault, render_dcgm
+from fleetval.sim.nccl_probe import nccl_output
 from fleetval.sim.spec import FleetSpec, load_fleet_spec
 from fleetval.store.models import SimFleet, SimNode
 
@@ -154,6 +155,8 @@ class SimCluster:
         started = time.time()
         if spec.tool == "dcgm":
             raw = self.dcgm_output(spec.node, level=int(spec.params["level"]))
+        elif spec.tool == "nccl":
+            raw = nccl_output(self.spec, spec, seed_salt=spec.probe_key)
         else:
             raise SpecError(f"the simulator has no probe for tool {spec.tool!r}")
         return ProbeOutput(

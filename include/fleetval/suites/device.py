@@ -47,7 +47,10 @@ def dcgm_specs(nodes: Sequence[NodeInfo], *, level: int, run_key: str) -> list[P
 
 
 def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput]) -> list[str]:
-    """Keep raw output verbatim before anything parses it; harness errors are kept too."""
+    """Keep raw output verbatim before anything parses it; harness errors are kept too.
+
+    A multi-node probe (an NCCL pair) lists its nodes in `params["nodes"]`; its ProbeOutput.node
+    is only the joined subject."""
     store.ingest(
         run_id,
         [
@@ -55,7 +58,7 @@ def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput
                 probe_key=o.probe_key,
                 tool=o.tool,
                 raw=o.raw,
-                nodes=(o.node,),
+                nodes=tuple((o.spec.get("params") or {}).get("nodes") or (o.node,)),
                 exit_code=o.exit_code,
                 spec={**o.spec, "harness_error": o.error},
                 started_at=dt.datetime.fromtimestamp(o.started_at, dt.UTC),

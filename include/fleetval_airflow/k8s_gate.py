@@ -1,0 +1,47 @@
+"""Halting a GPU Operator driver rollout when the post-upgrade NCCL gate fails.
+
+Mechanism (documented by NVIDIA, `../shared/fixtures/gpu-operator/
+driver-upgrade-state-machine-labels-metrics-nvidia-docs-excerpt.rst`, "Pausing Driver Upgrades"):
+set `spec.driver.upgradePolicy.autoUpgrade` to `false` on the ClusterPolicy
+(`nvidia.com/v1`, cluster-scoped). The whole upgrade state machine pauses; nodes not yet upgraded
+stay on their driver; setting it back to `true` resumes. The nodes that failed carry
+`fleetval.io/nccl-gate=fail` (set by the suite through the backend). Resuming is a human
+decision: fleetval never sets autoUpgrade back to true.
+
+`dry_run=True` sends the same patch with the API server's `dryRun=All`: RBAC, admission and the
+object are checked, nothing is persisted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+GROUP: Final = "nvidia.com"
+VERSION: Final = "v1"
+PLURAL: Final = "clusterpolicies"
+PAUSE_PATCH: Final = {"spec": {"driver": {"upgradePolicy": {"autoUpgrade": False}}}}
+FIELD_MANAGER: Final = "fleetval"
+
+
+def pause_driver_upgrades(custom: Any, *, dry_run: bool, name: str | None = None) -> list[dict[str, Any]]:
+    """Patch autoUpgrade=false on the ClusterPolicy `name` (default: every ClusterPolicy; there is
+    normally one, `cluster-policy`). Returns what was (or, in dry-run, would be) changed."""
+    if name is not None:
+        names = [name]
+    else:
+        listed = custom.list_cluster_custom_object(group=GROUP, version=VERSION, plural=PLURAL)
+        names = [item["metadata"]["name"] for item in listed.get("items", [])]
+    changed: list[dict[str, Any]] = []
+    for policy in names:
+        current = custom.get_cluster_custom_object(group=GROUP, version=VERSION, plural=PLURAL, name=policy)
+        before = (((current.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}).get(
+            "autoUpgrade"
+        )
+        kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        custom.patch_cluster_custom_object(
+            group=GROUP, version=VERSION, plural=PLURAL, name=policy, body=PAUSE_PATCH, **kwargs
+        )
+        changed.append({"clusterpolicy": policy, "autoUpgrade_before": before, "dry_run": dry_run})
+    return changed
