@@ -117,8 +117,10 @@ def airflow_db() -> None:
 
 
 @pytest.fixture
-def sim_demo(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
-    """The demo fleet loaded into a fresh PostgreSQL store, and Airflow pointed at it (sim backend)."""
+def sim_fleet_loader(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Load a fleet spec file into a fresh PostgreSQL store and point Airflow at it (sim backend).
+
+    Returns a function `load(path) -> (Store, SimCluster)`."""
     import json
 
     from fleetval.sim.cluster import SimCluster
@@ -129,11 +131,21 @@ def sim_demo(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any
 
     engine = make_engine(pg_url)
     upgrade(engine)
-    cluster = SimCluster.load(engine, load_fleet_spec(DEMO_FLEET.read_text()))
     monkeypatch.setenv(
         "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
     )
     monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "demo")
-    yield Store(engine), cluster
+
+    def load(path: pathlib.Path) -> tuple[Any, Any]:
+        cluster = SimCluster.load(engine, load_fleet_spec(path.read_text()))
+        monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", cluster.fleet)
+        return Store(engine), cluster
+
+    yield load
     engine.dispose()
+
+
+@pytest.fixture
+def sim_demo(sim_fleet_loader: Any) -> tuple[Any, Any]:
+    """The demo fleet (include/fleetval/sim/fleets/demo.yaml), store on PostgreSQL, Airflow on sim."""
+    return sim_fleet_loader(DEMO_FLEET)  # type: ignore[no-any-return]

@@ -5,16 +5,11 @@ Airflow Variables. Baselines are measured first on healthy reference nodes (neve
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fleetval.sim.cluster import SimCluster
-from fleetval.sim.spec import load_fleet_spec
-from fleetval.store.engine import make_engine
-from fleetval.store.migrate import upgrade
 from fleetval.store.models import Run
 from fleetval.store.repository import Store
 from fleetval.suites import nccl
@@ -27,17 +22,8 @@ DRIVER = "570.172.08"
 
 
 @pytest.fixture
-def netlab(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Store, SimCluster]]:
-    engine = make_engine(pg_url)
-    upgrade(engine)
-    cluster = SimCluster.load(engine, load_fleet_spec(NETLAB.read_text()))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
-    )
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "netlab")
-    yield Store(engine), cluster
-    engine.dispose()
+def netlab(sim_fleet_loader: Any) -> tuple[Store, SimCluster]:
+    return sim_fleet_loader(NETLAB)  # type: ignore[no-any-return]
 
 
 def runs(store: Store, suite: str) -> list[dict[str, Any]]:
