@@ -106,9 +106,8 @@ def _plan(store: Any, fv_run: int) -> Any:
     return nccl.NcclPlan.from_json(store.run_meta(fv_run)["plan"])
 
 
-@task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=4)
-def sweep_intra(fv_run: int, batch_index: int) -> dict[str, Any]:
-    """Intra-node all_reduce × repeats on one batch of nodes: probe, store raw, judge, store."""
+def _sweep(fv_run: int, groups_of: Any) -> dict[str, Any]:
+    """Probe, store raw, judge and store one batch of groups (`groups_of(plan)` picks them)."""
     from fleetval.suites import nccl
     from fleetval_airflow import config
 
@@ -120,30 +119,22 @@ def sweep_intra(fv_run: int, batch_index: int) -> dict[str, Any]:
         run_id=fv_run,
         run_key=_run_key(),
         plan=plan,
-        groups=[[n] for n in plan.intra_batches[batch_index]],
+        groups=groups_of(plan),
         lookup=nccl.promoted_lookup(store),
     )
     return nccl.summarize(outcomes)
+
+
+@task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=4)
+def sweep_intra(fv_run: int, batch_index: int) -> dict[str, Any]:
+    """Intra-node all_reduce × repeats on one batch of nodes: probe, store raw, judge, store."""
+    return _sweep(fv_run, lambda plan: [[n] for n in plan.intra_batches[batch_index]])
 
 
 @task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=4, trigger_rule="all_done")
 def sweep_pairs(fv_run: int, batch_index: int) -> dict[str, Any]:
     """Inter-node all_reduce × repeats on one batch of pairs (MPIJobs through Kueue on k8s)."""
-    from fleetval.suites import nccl
-    from fleetval_airflow import config
-
-    store = config.store()
-    plan = _plan(store, fv_run)
-    outcomes = nccl.sweep_groups(
-        store,
-        config.backend(),
-        run_id=fv_run,
-        run_key=_run_key(),
-        plan=plan,
-        groups=plan.pair_batches[batch_index],
-        lookup=nccl.promoted_lookup(store),
-    )
-    return nccl.summarize(outcomes)
+    return _sweep(fv_run, lambda plan: plan.pair_batches[batch_index])
 
 
 @task(pool=Pool.NODE_DIAGNOSIS, trigger_rule="all_done")

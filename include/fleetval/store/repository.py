@@ -222,14 +222,7 @@ class Store:
         """
         with self.engine.begin() as conn:
             keys = [r[0] for r in results]
-            ids: dict[str, int] = {}
-            for chunk_keys in _chunks(keys, 5000):
-                found = conn.execute(
-                    select(Probe.probe_key, Probe.id).where(
-                        Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys)
-                    )
-                )
-                ids.update({key: int(pid) for key, pid in found})
+            ids = _probe_ids(conn, run_id, keys)
             missing = set(keys) - ids.keys()
             if missing:
                 raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
@@ -310,16 +303,7 @@ class Store:
         )
         for chunk in _chunks(rows, 2000):
             conn.execute(stmt, chunk)
-        keys = [p.probe_key for p in probes]
-        ids: dict[str, int] = {}
-        for chunk_keys in _chunks(keys, 5000):
-            found = conn.execute(
-                select(Probe.probe_key, Probe.id).where(
-                    Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys)
-                )
-            )
-            ids.update({key: int(pid) for key, pid in found})
-        return ids
+        return _probe_ids(conn, run_id, [p.probe_key for p in probes])
 
     def _replace_measurements(
         self, conn: Connection, probes: Sequence[ProbeIn], probe_ids: Mapping[str, int]
@@ -497,6 +481,16 @@ class Store:
                 )
             ).first()
             return dict(row._mapping) if row else None
+
+
+def _probe_ids(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for chunk_keys in _chunks(keys, 5000):
+        found = conn.execute(
+            select(Probe.probe_key, Probe.id).where(Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys))
+        )
+        ids.update({key: int(pid) for key, pid in found})
+    return ids
 
 
 def _single(nodes: Sequence[str]) -> str | None:

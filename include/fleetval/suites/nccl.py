@@ -53,7 +53,7 @@ import pandas as pd
 
 from fleetval import criteria
 from fleetval.backends import Backend, NodeActions, NodeInfo
-from fleetval.baselines.nccl import REQUIRED_COLUMNS, BaselineError, compute_baseline
+from fleetval.baselines.nccl import REQUIRED_COLUMNS, BaselineError, BaselineStats, compute_baseline
 from fleetval.errors import ParseError
 from fleetval.judges.nccl import ACTIONS, NcclBaseline, judge_nccl_repeats, judge_nccl_run
 from fleetval.k8s.specs import ProbeSpec, nccl_probe, nccl_subject
@@ -932,7 +932,17 @@ def establish_baseline(
         "collective": collective,
         "measurement_rows": len(rows),
     }
-    baseline_id, version = store.add_baseline_candidate(
+    baseline_id, version = save_candidate(store, profile=profile, scope=scope, stats=stats, source=source)
+    return EstablishedBaseline(baseline_id, version, stats.headline_busbw_gbps, stats.to_json(), source)
+
+
+def save_candidate(
+    store: Store, *, profile: str, scope: str, stats: BaselineStats, source: dict[str, Any]
+) -> tuple[int, int]:
+    """Store `stats`' headline busbw as the next candidate version of (profile, scope)."""
+    if stats.headline_busbw_gbps is None:
+        raise BaselineError(f"no rows with size >= {stats.min_size_bytes} B: no headline busbw")
+    return store.add_baseline_candidate(
         profile=profile,
         metric=METRIC,
         scope=scope,
@@ -941,4 +951,3 @@ def establish_baseline(
         stats=stats.to_json(),
         source=source,
     )
-    return EstablishedBaseline(baseline_id, version, stats.headline_busbw_gbps, stats.to_json(), source)

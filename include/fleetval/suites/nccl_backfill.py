@@ -30,14 +30,13 @@ from fleetval.baselines.nccl import BaselineError
 from fleetval.store import nccl_queries
 from fleetval.store.repository import Store
 from fleetval.suites.nccl import (
-    METRIC,
-    UNIT,
     BaselineRef,
     baseline_from_rows,
     evaluate_subject,
     group_probes,
     probe_context,
     repeat_from_probe,
+    save_candidate,
 )
 
 SUITE: Final = "baseline_backfill"
@@ -115,15 +114,7 @@ def _candidate(
         "collective": "all_reduce",
         "measurement_rows": len(rows),
     }
-    baseline_id, _version = store.add_baseline_candidate(
-        profile=profile,
-        metric=METRIC,
-        scope=scope,
-        value=stats.headline_busbw_gbps,
-        unit=UNIT,
-        stats=stats.to_json(),
-        source=source,
-    )
+    baseline_id, _version = save_candidate(store, profile=profile, scope=scope, stats=stats, source=source)
     store.update_run_meta(run_id, baseline_id=baseline_id)
     row = nccl_queries.baseline_by_id(store, baseline_id)
     assert row is not None
