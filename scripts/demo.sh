@@ -9,6 +9,7 @@ EXIT_AFTER=0
 
 DEMO=$PWD/.demo
 PORT=${FLEETVAL_DEMO_PORT:-8080}
+rm -rf "$DEMO"  # every demo starts from an empty store and Airflow home
 mkdir -p "$DEMO"
 export AIRFLOW_HOME=$DEMO/airflow
 export AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags
@@ -40,16 +41,17 @@ stop() { kill -TERM -- "-$AIRFLOW_PID" 2>/dev/null || true; wait "$AIRFLOW_PID" 
 trap 'echo; echo "== stopping Airflow"; stop; exit 0' INT TERM
 trap stop EXIT
 
+# Unpausing a scheduled DAG makes Airflow run its latest slot (Sunday 03:00 UTC): the weekly cron
+# firing, with the DAG's default budgets. (A manual trigger on top would sweep the fleet twice.)
 python scripts/demo_driver.py --port "$PORT" --user admin --password fleetval --dag weekly_health_sweep \
-  --unpause xid_remediation \
-  --conf '{"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "max_action_fraction": 0.25}'
+  --unpause xid_remediation --await-run
 echo
 fleetval verdicts --db "$FLEETVAL_DB"
 echo
 echo "== an Xid 79 (GPU fell off the bus) on r02-n08 GPU 2: the event wakes xid_remediation"
 fleetval sim inject-xid demo --db "$FLEETVAL_DB" --node r02-n08 --code 79 --gpu 2 >/dev/null
 python scripts/demo_driver.py --port "$PORT" --user admin --password fleetval --dag xid_remediation \
-  --await-event-run
+  --await-run
 echo
 fleetval verdicts --db "$FLEETVAL_DB"
 echo

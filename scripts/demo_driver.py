@@ -44,9 +44,9 @@ def main() -> None:
     ap.add_argument("--conf", default="{}")
     ap.add_argument("--unpause", action="append", default=[], help="also unpause this DAG (repeatable)")
     ap.add_argument(
-        "--await-event-run",
+        "--await-run",
         action="store_true",
-        help="do not trigger: wait for the DAG's first event-triggered run to finish",
+        help="do not trigger: wait for the DAG's first run (its schedule or event) to finish",
     )
     args = ap.parse_args()
     base = f"http://localhost:{args.port}"
@@ -65,14 +65,14 @@ def main() -> None:
         )
         call(base, "PATCH", f"/api/v2/dags/{dag_id}", token, {"is_paused": False})
 
-    if args.await_event_run:
+    if args.await_run:
 
         def first_run() -> str | None:
             runs = call(base, "GET", f"/api/v2/dags/{args.dag}/dagRuns?order_by=-run_after&limit=1", token)
             return runs["dag_runs"][0]["dag_run_id"] if runs["dag_runs"] else None
 
-        run_id = wait_for(f"an event-triggered run of {args.dag}", first_run, 180)
-        print(f"== {args.dag} run {run_id} started by its event")
+        run_id = wait_for(f"a run of {args.dag}", first_run, 180)
+        print(f"== {args.dag} run {run_id} started by its schedule or event")
     else:
         print(f"== Airflow healthy after {time.time() - t0:.0f}s")
         body = {"logical_date": None, "conf": json.loads(args.conf)}
