@@ -1,0 +1,483 @@
+"""The kube-scheduler filter predicates and FailedScheduling wording the simulated cluster needs.
+
+A pod the simulator cannot place must stay Pending with the PodScheduled=False condition and the
+FailedScheduling event a real kube-scheduler would write, because the KubernetesPodOperator and the
+pipeline's judges read those messages. So resource quantities parse like resource.Quantity, pod
+requests are computed like the scheduler computes them, the default filter plugins run in the
+scheduler's order (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts,
+NodeResourcesFit) with their reason strings, and the message is assembled like FitError.Error()
+plus the PostFilter plugins' part (DynamicResources, then DefaultPreemption).
+
+Only what these plugins look at is modelled: volumes, topology spread, inter-pod affinity and
+dynamic resource claims are not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import ROUND_CEILING, ROUND_UP, Context, Decimal, DecimalException, InvalidOperation
+from typing import Any, Final
+
+from fleetval.k8s.selectors import label_selector_from_set, node_selector_terms_match
+
+# Filter reasons, worded as kube-scheduler words them.
+UNSCHEDULABLE_NODE: Final = "node(s) were unschedulable"
+NODE_NAME_MISMATCH: Final = "node(s) didn't match the requested node name"
+# kube-scheduler names no taint since 1.35 (and 1.34 patch releases from late 2025); before, it
+# wrote "node(s) had untolerated taint {<key>: <value>}".
+UNTOLERATED_TAINT: Final = "node(s) had untolerated taint(s)"
+NODE_AFFINITY_MISMATCH: Final = "node(s) didn't match Pod's node affinity/selector"
+NO_FREE_PORTS: Final = "node(s) didn't have free ports for the requested pod ports"
+TOO_MANY_PODS: Final = "Too many pods"
+# PostFilter wording.
+NO_NODES_AVAILABLE: Final = "no nodes available to schedule pods"
+PREEMPTION_NOT_HELPFUL: Final = "Preemption is not helpful for scheduling"
+NO_PREEMPTION_VICTIMS: Final = "No preemption victims found for incoming pod"
+PREEMPTION_NEVER: Final = "not eligible due to preemptionPolicy=Never."
+NO_CLAIMS_TO_DEALLOCATE: Final = "no new claims to deallocate"
+
+UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
+TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+# --- resource.Quantity ------------------------------------------------------------------------------
+
+_QUANTITY_FORMAT: Final = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_ERR_FORMAT: Final = f"quantities must match the regular expression '{_QUANTITY_FORMAT}'"
+_ERR_NUMERIC: Final = "unable to parse numeric part of quantity"
+_ERR_SUFFIX: Final = "unable to parse quantity's suffix"
+_DECIMAL_SUFFIXES: Final = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+_BINARY_SUFFIXES: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_SUFFIX_CHARS: Final = frozenset("eEinumkKMGTP")
+_NANO: Final = Decimal("1e-9")
+_MAX_BINARY: Final = Decimal(2**63 - 1)
+# Wide enough that exact quantities never round while being summed.
+_EXACT: Final = Context(prec=200)
+
+
+def _split_quantity(text: str) -> tuple[bool, str, str, str]:
+    """(positive, integer digits, fraction digits, suffix), scanned like resource.ParseQuantity."""
+    pos, end = 0, len(text)
+    positive = True
+    if text[0] in "+-":
+        positive = text[0] == "+"
+        pos = 1
+    while pos < end and text[pos] == "0":
+        pos += 1
+    if pos >= end:
+        return positive, "0", "", ""
+    start = pos
+    while pos < end and text[pos].isascii() and text[pos].isdigit():
+        pos += 1
+    integer = text[start:pos] or "0"
+    fraction = ""
+    if pos < end and text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos].isascii() and text[pos].isdigit():
+            pos += 1
+        fraction = text[start:pos]
+    suffix_start = pos
+    while pos < end and text[pos] in _SUFFIX_CHARS:
+        pos += 1
+    if pos < end and text[pos] in "+-":
+        pos += 1
+    while pos < end and text[pos].isascii() and text[pos].isdigit():
+        pos += 1
+    if pos < end:
+        raise ValueError(_ERR_FORMAT)
+    return positive, integer, fraction, text[suffix_start:]
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """The exact value of a Kubernetes quantity ("100m", "1.5", "2Gi", "1e3", "500Mi", "1k", "10n"...).
+
+    Like resource.ParseQuantity: a value finer than a nano unit rounds up (away from zero) to one,
+    and binary-suffixed values are capped at 2^63-1. Raises ValueError with the API server's wording.
+    """
+    if isinstance(text, bool):
+        raise ValueError(_ERR_FORMAT)
+    if isinstance(text, int):
+        text = str(text)
+    elif isinstance(text, float):
+        if not math.isfinite(text):
+            raise ValueError(_ERR_FORMAT)
+        text = repr(text)
+    if not text:
+        raise ValueError(_ERR_FORMAT)
+    positive, integer, fraction, suffix = _split_quantity(text)
+    binary = suffix in _BINARY_SUFFIXES
+    if suffix in _DECIMAL_SUFFIXES:
+        exponent = _DECIMAL_SUFFIXES[suffix]
+    elif binary:
+        exponent = _BINARY_SUFFIXES[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+        exponent = int(suffix[1:])
+        if not -(2**63) <= exponent < 2**63:
+            raise ValueError(_ERR_SUFFIX)
+    else:
+        raise ValueError(_ERR_SUFFIX)
+    try:
+        magnitude = Decimal(f"{integer}.{fraction or '0'}")
+        if binary:
+            value = _EXACT.multiply(magnitude, Decimal(2**exponent))
+        else:
+            value = magnitude.scaleb(exponent, _EXACT)
+        exponent_of_value = value.as_tuple().exponent
+        if isinstance(exponent_of_value, int) and exponent_of_value < -9 and value != 0:
+            value = value.quantize(_NANO, rounding=ROUND_UP, context=_EXACT)
+    except (DecimalException, InvalidOperation):
+        raise ValueError(_ERR_NUMERIC) from None
+    if binary and value > _MAX_BINARY:
+        value = _MAX_BINARY
+    return value if positive else -value
+
+
+# --- pod requests -----------------------------------------------------------------------------------
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    """A container's requests after API defaulting: a resource with only a limit requests the limit."""
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    return {name: parse_quantity(quantity) for name, quantity in requests.items()}
+
+
+def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for name, quantity in more.items():
+        total[name] = _EXACT.add(total.get(name, Decimal(0)), quantity)
+
+
+def _set_max(total: dict[str, Decimal], other: Mapping[str, Decimal]) -> None:
+    for name, quantity in other.items():
+        total[name] = max(total.get(name, Decimal(0)), quantity)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The pod's effective requests, as resourcehelper.PodRequests computes them for the scheduler.
+
+    The regular containers run together, so their requests add up; init containers run one at a
+    time, so each needs only its own requests (plus the sidecars, restartPolicy Always, started
+    before it, which keep running and are also added to the regular containers); the pod needs the
+    larger of the two, per resource, plus spec.overhead. Pod-level spec.resources requests, where
+    given, replace the container sum for their resources. Always includes "pods": 1.
+    """
+    spec = pod.get("spec") or {}
+    requests: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        _add(requests, _container_requests(container))
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for container in spec.get("initContainers") or []:
+        own = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(requests, own)
+            _add(sidecars, own)
+            running = dict(sidecars)
+        else:
+            running = dict(own)
+            _add(running, sidecars)
+        _set_max(init_peak, running)
+    _set_max(requests, init_peak)
+    pod_level = (spec.get("resources") or {}).get("requests") or {}
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            requests[name] = parse_quantity(pod_level[name])
+    _add(requests, {n: parse_quantity(q) for n, q in (spec.get("overhead") or {}).items()})
+    requests["pods"] = Decimal(1)
+    return requests
+
+
+# --- the filter plugins -----------------------------------------------------------------------------
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]] | None, taint: Mapping[str, Any]) -> bool:
+    """Whether any toleration tolerates the taint (Toleration.ToleratesTaint).
+
+    An empty toleration effect matches every effect and an empty key (with Exists) every key;
+    Exists matches any value, Equal (or no operator) needs the same value. The Gt/Lt operators
+    sit behind a feature gate that is off by default, so they tolerate nothing.
+    """
+    for toleration in tolerations or []:
+        effect = toleration.get("effect") or ""
+        key = toleration.get("key") or ""
+        if effect and effect != (taint.get("effect") or ""):
+            continue
+        if key and key != (taint.get("key") or ""):
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists":
+            return True
+        if operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _is_active(pod: Mapping[str, Any]) -> bool:
+    # The scheduler's pod cache leaves out terminated pods; a deleting pod still holds its resources.
+    return (pod.get("status") or {}).get("phase") not in TERMINATED_PHASES
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name") or "")
+
+
+def _untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    tolerations = (pod.get("spec") or {}).get("tolerations")
+    taints: list[Mapping[str, Any]] = (node.get("spec") or {}).get("taints") or []
+    for taint in taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return taint
+    return None
+
+
+def _matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    node_labels = (node.get("metadata") or {}).get("labels") or {}
+    if spec.get("nodeSelector") and not label_selector_from_set(spec["nodeSelector"]).matches(node_labels):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is None:
+        return True
+    return node_selector_terms_match(required.get("nodeSelectorTerms"), node)
+
+
+def _host_ports(pod: Mapping[str, Any]) -> Iterable[tuple[str, str, int]]:
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("containers") or [])
+    containers += [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for container in containers:
+        for port in container.get("ports") or []:
+            host_port = int(port.get("hostPort") or 0)
+            if host_port > 0:
+                yield (port.get("hostIP") or "0.0.0.0", port.get("protocol") or "TCP", host_port)
+
+
+def _ports_conflict(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> bool:
+    used = {port for other in others for port in _host_ports(other)}
+    for ip, protocol, port in _host_ports(pod):
+        if ip == "0.0.0.0":
+            if any(p == protocol and n == port for _, p, n in used):
+                return True
+        elif (ip, protocol, port) in used or ("0.0.0.0", protocol, port) in used:
+            return True
+    return False
+
+
+def _is_scalar_resource(name: str) -> bool:
+    """schedutil.IsScalarResourceName: extended resources (nvidia.com/gpu), hugepages-*,
+    attachable-volumes-* and resources in the kubernetes.io domain other than the core four."""
+    if name.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in name:
+        return True
+    return "/" in name and not name.startswith("requests.")
+
+
+def _scheduler_units(name: str, quantity: Decimal) -> int:
+    # The scheduler counts CPU in millicores and everything else in whole units, rounding up.
+    scaled = quantity * 1000 if name == "cpu" else quantity
+    return int(scaled.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
+
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {name: _scheduler_units(name, parse_quantity(q)) for name, q in allocatable.items()}
+
+
+def _insufficient_resources(
+    pod: Mapping[str, Any], node: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
+) -> tuple[list[str], bool]:
+    """NodeResourcesFit: the reasons, and whether one is unresolvable (the pod asks for more than
+    the node's whole allocatable, so evicting pods cannot help)."""
+    allocatable = _allocatable(node)
+    wanted = {n: _scheduler_units(n, q) for n, q in pod_requests(pod).items()}
+    used: Counter[str] = Counter()
+    for other in others:
+        used.update({n: _scheduler_units(n, q) for n, q in pod_requests(other).items()})
+    reasons: list[str] = []
+    unresolvable = False
+    if len(others) + 1 > allocatable.get("pods", 0):
+        reasons.append(TOO_MANY_PODS)
+    scalars = sorted(n for n in wanted if _is_scalar_resource(n) and wanted[n] > 0)
+    for name in ["cpu", "memory", "ephemeral-storage", *scalars]:
+        request = wanted.get(name, 0)
+        if request > 0 and request > allocatable.get(name, 0) - used[name]:
+            reasons.append(f"Insufficient {name}")
+            unresolvable = unresolvable or request > allocatable.get(name, 0)
+    return reasons, unresolvable
+
+
+def _run_filters(
+    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[str, ...], bool]:
+    """The reasons of the first filter plugin that rejects the node, and whether evicting pods from
+    the node could ever help (Unschedulable) or not (UnschedulableAndUnresolvable)."""
+    spec = pod.get("spec") or {}
+    others = [p for p in pods_on_node if _is_active(p)]
+    if (node.get("spec") or {}).get("unschedulable") and not tolerates(
+        spec.get("tolerations"), {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}
+    ):
+        return (UNSCHEDULABLE_NODE,), False
+    if spec.get("nodeName") and spec["nodeName"] != _node_name(node):
+        return (NODE_NAME_MISMATCH,), False
+    if _untolerated_taint(pod, node) is not None:
+        return (UNTOLERATED_TAINT,), False
+    if not _matches_node_affinity(pod, node):
+        return (NODE_AFFINITY_MISMATCH,), False
+    if _ports_conflict(pod, others):
+        return (NO_FREE_PORTS,), True
+    reasons, unresolvable = _insufficient_resources(pod, node, others)
+    return tuple(reasons), not unresolvable
+
+
+def filter_node_reasons(
+    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """Every reason the scheduler gives for not placing `pod` on `node` (empty when it fits).
+
+    Only the first rejecting plugin speaks, but NodeResourcesFit names each short resource, and
+    FailedScheduling counts each reason. `pods_on_node` are the pods bound to the node; terminated
+    ones are ignored.
+    """
+    return _run_filters(pod, node, pods_on_node)[0]
+
+
+def filter_node(
+    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """None when `pod` fits `node`, else the scheduler's (first) reason for that node."""
+    reasons = filter_node_reasons(pod, node, pods_on_node)
+    return reasons[0] if reasons else None
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def preemption_reasons(
+    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """What DefaultPreemption records for a node the pod does not fit; empty when evicting the
+    node's lower-priority pods would make room (the node is a preemption candidate)."""
+    reasons, resolvable = _run_filters(pod, node, pods_on_node)
+    if not reasons:
+        return ()
+    if not resolvable:
+        return (PREEMPTION_NOT_HELPFUL,)
+    active = [p for p in pods_on_node if _is_active(p)]
+    survivors = [p for p in active if _priority(p) >= _priority(pod)]
+    if len(survivors) == len(active):
+        return (NO_PREEMPTION_VICTIMS,)
+    return _run_filters(pod, node, survivors)[0]
+
+
+# --- FailedScheduling -------------------------------------------------------------------------------
+
+
+def nodes_available_message(total_nodes: int, reasons: Mapping[str, int]) -> str:
+    """FitError's "0/N nodes are available: <count> <reason>, ...." part.
+
+    The entries are sorted as whole "<count> <reason>" strings, as kube-scheduler sorts them.
+    """
+    if total_nodes == 0:
+        return NO_NODES_AVAILABLE
+    histogram = sorted(f"{count} {reason}" for reason, count in reasons.items() if count)
+    message = f"0/{total_nodes} nodes are available:"
+    return message + (f" {', '.join(histogram)}." if histogram else "")
+
+
+def preemption_message(
+    total_nodes: int, reasons: Mapping[str, int] | None = None, *, preemption_policy: str | None = None
+) -> str:
+    """DefaultPreemption's PostFilter message when it finds no candidate node.
+
+    `reasons` counts what preemption_reasons() gave for the nodes it examined; every other node
+    counts as "Preemption is not helpful for scheduling" (all of them when `reasons` is None).
+    """
+    if preemption_policy == "Never":
+        return f"preemption: {PREEMPTION_NEVER}"
+    counts = Counter({r: c for r, c in (reasons or {}).items() if r != PREEMPTION_NOT_HELPFUL})
+    examined = sum(counts.values())
+    counts[PREEMPTION_NOT_HELPFUL] += max(total_nodes - examined, 0)
+    return "preemption: " + nodes_available_message(total_nodes, counts)
+
+
+def fit_error_message(
+    total_nodes: int,
+    reasons: Mapping[str, int],
+    *,
+    preemption_reasons: Mapping[str, int] | None = None,
+    preemption_policy: str | None = None,
+    dynamic_resources: bool = True,
+) -> str:
+    """The FailedScheduling message (and PodScheduled condition message) of a pod no node fits,
+    e.g. "0/16 nodes are available: 1 Insufficient nvidia.com/gpu, 15 node(s) didn't match Pod's
+    node affinity/selector. no new claims to deallocate, preemption: 0/16 nodes are available:
+    16 Preemption is not helpful for scheduling."
+
+    `reasons` counts filter reasons over the nodes (filter_node_reasons). The DynamicResources
+    PostFilter (on by default since Kubernetes 1.34) adds "no new claims to deallocate" for a pod
+    without resource claims; pass dynamic_resources=False for an older scheduler.
+    """
+    message = nodes_available_message(total_nodes, reasons)
+    if total_nodes == 0:
+        return message
+    postfilter = [NO_CLAIMS_TO_DEALLOCATE] if dynamic_resources else []
+    postfilter.append(
+        preemption_message(total_nodes, preemption_reasons, preemption_policy=preemption_policy)
+    )
+    return f"{message} {', '.join(postfilter)}"
+
+
+def failed_scheduling_message(
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    dynamic_resources: bool = True,
+) -> str | None:
+    """The whole scheduling attempt: None when some node fits the pod, else the FailedScheduling
+    message. `pods_by_node` maps node names to the pods bound there.
+
+    When evicting lower-priority pods would make room, kube-scheduler preempts them and its
+    message carries no PostFilter part; the simulator does not evict, it only reports.
+    """
+    reasons: Counter[str] = Counter()
+    examined: Counter[str] = Counter()
+    candidate = False
+    policy = (pod.get("spec") or {}).get("preemptionPolicy")
+    for node in nodes:
+        on_node = pods_by_node.get(_node_name(node), ())
+        node_reasons = filter_node_reasons(pod, node, on_node)
+        if not node_reasons:
+            return None
+        reasons.update(node_reasons)
+        if policy != "Never":
+            found = preemption_reasons(pod, node, on_node)
+            candidate = candidate or not found
+            examined.update(found)
+    if candidate and policy != "Never":
+        return nodes_available_message(len(nodes), reasons)
+    return fit_error_message(
+        len(nodes),
+        reasons,
+        preemption_reasons=examined,
+        preemption_policy=policy,
+        dynamic_resources=dynamic_resources,
+    )
