@@ -19,29 +19,13 @@ from sqlalchemy import Engine, delete, insert, select, update
 from fleetval.backends import NodeInfo, ProbeOutput
 from fleetval.errors import SpecError
 from fleetval.k8s.specs import ProbeSpec
-from fleetval.sim.dcgm_output import DcgmFault, render_dcgm
+from fleetval.sim.images import dcgm_report
 from fleetval.sim.nccl_probe import nccl_output
 from fleetval.sim.spec import FleetSpec, load_fleet_spec
 from fleetval.store.models import SimFleet, SimNode
 
 # PCI bus ids of the eight GPUs of an HGX H100 baseboard as the driver prints them.
 HGX_PCI_BUSES: Final = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
-DCGM_FAULT_KINDS: Final = {
-    "dcgm.memory": "memory",
-    "dcgm.pcie": "pcie",
-    "dcgm.nvlink": "nvlink",
-    "dcgm.thermal_warn": "thermal_warn",
-}
-
-
-XID_CLASS_TO_DCGM: Final = {"memory": "memory", "device": "pcie", "link": "nvlink"}
-
-
-def _xid_class(code: int) -> str:
-    from fleetval.policy.xid_table import XID_TABLE
-
-    rule = XID_TABLE.rules.get(code)
-    return rule.xid_class.value if rule is not None else "unknown"
 
 
 def gpu_uuid(seed: int, node: str, index: int) -> str:
@@ -164,31 +148,9 @@ class SimCluster:
         )
 
     def dcgm_output(self, node: str, *, level: int) -> str:
-        profile = self.spec.profile_of(node)
-        faults = [
-            DcgmFault(gpu=int(f.params["gpu"]), kind=DCGM_FAULT_KINDS[f.kind])
-            for f in self.spec.faults_on(node, "device")
-            if f.kind in DCGM_FAULT_KINDS
-        ]
-        # A GPU that raised a hardware-class Xid fails the stress levels (r3+) the way DCGM would
-        # find the damage; application/driver Xids leave the hardware healthy.
-        if level >= 3:
-            faults += [
-                DcgmFault(gpu=int(f.params["gpu"]), kind=kind)
-                for f in self.spec.faults_on(node, "device")
-                if f.kind == "xid"
-                and (kind := XID_CLASS_TO_DCGM.get(_xid_class(int(f.params["code"])), "")) != ""
-            ]
-        dcgm_major = int(self.spec.raw.get("profiles", {}).get(profile.name, {}).get("dcgm_major", 4))
-        return render_dcgm(
-            level=level,
-            gpu_count=profile.gpus,
-            gpu_uuids=self.gpu_uuids(node),
-            driver_version=profile.driver_version,
-            faults=faults,
-            dcgm_major=dcgm_major,
-            fmt="json",
-        )
+        """`dcgmi diag -r <level> -j` on all of `node`'s GPUs (the pure function the simulated
+        container runtime uses, which also renders a container's subset of GPUs)."""
+        return dcgm_report(self.spec, node, level)
 
     # --- node actions (NodeActions) ---------------------------------------------------------
     def cordon(self, node: str) -> None:

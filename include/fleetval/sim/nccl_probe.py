@@ -7,7 +7,7 @@ runs vary like real ones: each node has a fixed offset (seeded by the fleet seed
 name, σ 1 %, within ±3 %: reference nodes are not identical) and every run its own noise (CV 1 %,
 `render_nccl_tests`). A group runs at the pace of its slowest member.
 
-Faults on any node of the probe (DESIGN.md §4):
+Faults on any node of the probe (fleet spec fault kinds):
 
 - `nccl.nvlink_degraded` (`factor`, default 0.6): the node's NVLink bandwidth × factor — intra
   runs drop to `intra × factor`; a group containing it is capped there too (its ring crosses the
@@ -22,14 +22,17 @@ Faults on any node of the probe (DESIGN.md §4):
 - `nccl.hang`: the run stops mid-table at nccl-tests' own timeout;
 - `nccl.wrong`: `#wrong` > 0 at some sizes and `Out of bounds values : N FAILED`.
 
-Deterministic per (fleet seed, node(s), repeat, salt); the caller salts with the probe key, so
-the same probe in the same run always prints the same bytes and a new run measures anew.
+Deterministic per (fleet seed, node(s), repeat, salt); the caller salts with the probe key (or
+the pod's uid), so the same probe in the same run always prints the same bytes and a new run
+measures anew. `nccl_run` is the core (explicit nodes, GPUs per node, collective, salt); the
+simulated container runtime (`fleetval.sim.images`) calls it, `nccl_output` adapts a ProbeSpec.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from fleetval.errors import SpecError
@@ -67,15 +70,47 @@ def probe_nodes(probe: ProbeSpec) -> list[str]:
 def nccl_output(spec: FleetSpec, probe: ProbeSpec, *, seed_salt: str) -> str:
     """nccl-tests stdout (NCCL_DEBUG=INFO) for `probe` on the simulated fleet (see module doc)."""
     nodes = probe_nodes(probe)
-    profiles = [spec.profile_of(n) for n in nodes]
-    gpus = {p.gpus for p in profiles}
+    gpus = {spec.profile_of(n).gpus for n in nodes}
     if len(gpus) != 1:
         raise SpecError(f"NCCL probe {probe.probe_key!r} spans nodes with different GPU counts: {nodes}")
-    per_node = probe.gpus or gpus.pop()
+    return nccl_run(
+        spec,
+        nodes,
+        probe.gpus or gpus.pop(),
+        str(probe.params.get("collective", "all_reduce")),
+        repeat=int(probe.params.get("repeat", 0)),
+        salt=seed_salt,
+        env=probe.env,
+        timeout_s=probe.timeout_s if probe.timeout_s < 3600 else 600,
+    )
+
+
+def nccl_run(
+    spec: FleetSpec,
+    nodes: Sequence[str],
+    gpus_per_node: int,
+    collective: str = "all_reduce",
+    *,
+    repeat: int = 0,
+    salt: str = "",
+    env: Mapping[str, str] | None = None,
+    timeout_s: int = 600,
+    min_bytes: int = 8,
+    max_bytes: int = 8 << 30,
+) -> str:
+    """nccl-tests stdout (NCCL_DEBUG=INFO) for one run: `gpus_per_node` ranks on each of `nodes`.
+
+    `repeat` is the run's position in a series (a flaky link's phase), `salt` makes a new run
+    measure anew; `env` is the run's environment (its NCCL_* variables, NCCL_DEBUG aside, are
+    echoed as NCCL prints them); `timeout_s` is nccl-tests' `-T` (a hang ends there)."""
+    nodes = list(nodes)
+    profiles = [spec.profile_of(n) for n in nodes]
+    if len({p.gpus for p in profiles}) != 1:
+        raise SpecError(f"an NCCL run spans nodes with different GPU counts: {nodes}")
+    per_node = gpus_per_node
     fabrics = {p.fabric for p in profiles}
     fabric_net = "RoCE" if fabrics == {"roce"} else "IB"
     inter = len(nodes) > 1
-    repeat = int(probe.params.get("repeat", 0))
 
     offset = min(node_offset(spec.seed, n) for n in nodes)
     intra_truth = min(p.intra_busbw_gbps for p in profiles)
@@ -114,23 +149,25 @@ def nccl_output(spec: FleetSpec, probe: ProbeSpec, *, seed_salt: str) -> str:
             "nccl_version", DEFAULT_NCCL_VERSION
         )
     )
-    env = {"NCCL_SOCKET_IFNAME": "eth0"}
-    env.update(
-        {k: v for k, v in probe.env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
+    nccl_env = {"NCCL_SOCKET_IFNAME": "eth0"}
+    nccl_env.update(
+        {k: v for k, v in (env or {}).items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
     )
     return render_nccl_tests(
-        collective=str(probe.params.get("collective", "all_reduce")),
+        collective=collective,
         nranks=per_node * len(nodes),
         nnodes=len(nodes),
         busbw_gbps=busbw,
-        seed=_seed(spec.seed, "+".join(nodes), repeat, seed_salt),
+        seed=_seed(spec.seed, "+".join(nodes), repeat, salt),
         transport=transport,
         network=network,
         hosts=nodes,
         nccl_version=version,
         errors=errors,
         cv=HEALTHY_RUN_CV,
-        env=env,
+        env=nccl_env,
         gpu_name=profiles[0].gpu_product.replace("-", " "),
-        timeout_s=probe.timeout_s if probe.timeout_s < 3600 else 600,
+        timeout_s=timeout_s,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
     )

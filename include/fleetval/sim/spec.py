@@ -1,4 +1,4 @@
-"""The fleet spec (contract, DESIGN.md §4): profiles, racks and declarative faults.
+"""The fleet spec (contract, docs/design.md "Fleet spec"): profiles, racks and declarative faults.
 
 ```yaml
 name: demo
@@ -109,15 +109,21 @@ class FleetSpec:
     racks: tuple[Rack, ...]
     faults: tuple[Fault, ...]
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    # node → rack, built once: per-node lookups stay O(1) on fleets of thousands of nodes.
+    rack_of: dict[str, Rack] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.rack_of:
+            self.rack_of.update({n: rack for rack in self.racks for n in rack.node_names()})
 
     def nodes(self) -> list[tuple[str, Rack]]:
         return [(n, rack) for rack in self.racks for n in rack.node_names()]
 
     def profile_of(self, node: str) -> Profile:
-        for name, rack in self.nodes():
-            if name == node:
-                return self.profiles[rack.profile]
-        raise SpecError(f"unknown node {node!r} in fleet {self.name!r}")
+        rack = self.rack_of.get(node)
+        if rack is None:
+            raise SpecError(f"unknown node {node!r} in fleet {self.name!r}")
+        return self.profiles[rack.profile]
 
     def faults_on(self, node: str, layer: str | None = None) -> list[Fault]:
         return [f for f in self.faults if f.node == node and (layer is None or f.layer == layer)]
