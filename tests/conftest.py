@@ -149,3 +149,44 @@ def sim_fleet_loader(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
 def sim_demo(sim_fleet_loader: Any) -> tuple[Any, Any]:
     """The demo fleet (include/fleetval/sim/fleets/demo.yaml), store on PostgreSQL, Airflow on sim."""
     return sim_fleet_loader(DEMO_FLEET)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Serve a simulated fleet as a Kubernetes API (`fleetval sim serve`), its state and the verdict
+    store in a fresh PostgreSQL database; point `kubernetes_default` and `fleetval_db` at them.
+
+    Returns `start(path=DEMO_FLEET, time_scale=0.0) -> SimKube`."""
+    import json
+
+    from fleetval.sim.kube.cluster import SimKubeCluster
+    from fleetval.sim.kube.server import KubeApiServer
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+    from tests.simkube import SimKube
+
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    servers: list[KubeApiServer] = []
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
+    )
+
+    def start(path: pathlib.Path = DEMO_FLEET, time_scale: float = 0.0) -> SimKube:
+        spec = load_fleet_spec(path.read_text())
+        server = KubeApiServer(SimKubeCluster(spec, engine, time_scale=time_scale))
+        server.start()
+        servers.append(server)
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}),
+        )
+        return SimKube(server, Store(engine), kubeconfig, pg_url)
+
+    yield start
+    for server in servers:
+        server.stop()
+    engine.dispose()

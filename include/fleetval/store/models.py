@@ -183,6 +183,22 @@ class SimNode(Base):
     gpu_pods: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class SimObject(Base):
+    """One object of the simulated cluster's Kubernetes API (a node, pod, custom resource…), so
+    the simulated API server keeps its state across restarts. `sim` holds what only the
+    simulator knows (a pod's container run: its output, exit code and timing)."""
+
+    __tablename__ = "sim_objects"
+    __table_args__ = (UniqueConstraint("fleet", "resource", "namespace", "name"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(128))
+    resource: Mapped[str] = mapped_column(String(128))  # "v1/pods", "kubeflow.org/v2beta1/mpijobs"
+    namespace: Mapped[str] = mapped_column(String(253), default="")
+    name: Mapped[str] = mapped_column(String(253))
+    body: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    sim: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+
+
 class XidInbox(Base):
     """Kernel Xid lines waiting for remediation, one row per line as the source delivered it.
 

@@ -42,9 +42,18 @@ def test_migrations_are_idempotent_and_create_every_table(db_url: str) -> None:
     engine = make_engine(db_url)
     upgrade(engine)
     upgrade(engine)
-    assert current(engine) == "0002"
+    assert current(engine) == "0003"
     tables = set(sa.inspect(engine).get_table_names())
-    assert {"runs", "probes", "measurements", "verdicts", "baselines", "node_events", "sim_nodes"} <= tables
+    assert {
+        "runs",
+        "probes",
+        "measurements",
+        "verdicts",
+        "baselines",
+        "node_events",
+        "sim_nodes",
+        "sim_objects",
+    } <= tables
 
 
 def test_ingest_twice_never_duplicates(store: Store) -> None:

@@ -1,0 +1,149 @@
+"""The cluster as fleetval reads and changes it, through the Kubernetes API: the GPU node
+inventory and the node operations (cordon, labels, taints).
+
+One implementation for every cluster — a customer's, or the simulated one `fleetval sim serve`
+serves — over the `kubernetes` client's CoreV1Api (the Airflow adapters hand in the provider
+hook's client).
+
+- Lists are paged (`limit`/`continue`): fleets have thousands of nodes.
+- Cordon and labels are merge patches (idempotent). Taints are a list the API replaces whole,
+  so a taint change reads the node and writes the list back with its `resourceVersion`: a
+  concurrent writer makes that a 409 Conflict, and the change is retried on the fresh node
+  instead of silently dropping the other writer's taint.
+- The rack is a label (`fleetval.io/rack` unless configured otherwise), never the zone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from fleetval.backends import NodeInfo
+from fleetval.errors import FleetvalError
+
+DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
+GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+PAGE: Final = 500
+CONFLICT_RETRIES: Final = 8
+
+
+class NodeUpdateError(FleetvalError):
+    """A node operation that could not be applied (the node kept changing under us, or the API refused)."""
+
+
+class KubeCluster:
+    """Inventory and node operations over the Kubernetes API."""
+
+    def __init__(self, core: CoreV1Api, *, rack_label: str = DEFAULT_RACK_LABEL) -> None:
+        self.core = core
+        self.rack_label = rack_label
+
+    # --- inventory --------------------------------------------------------------------------
+    def list_nodes(self) -> list[NodeInfo]:
+        """Every GPU node (GFD's `nvidia.com/gpu.present=true`), with its GPU pods counted."""
+        gpu_pods = self.gpu_pods_per_node()
+        nodes: list[NodeInfo] = []
+        for node in self._paged(
+            lambda token: self.core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
+        ):
+            labels = dict(node.metadata.labels or {})
+            capacity = node.status.capacity or {}
+            allocatable = node.status.allocatable or {}
+            nodes.append(
+                NodeInfo(
+                    name=node.metadata.name,
+                    rack=labels.get(self.rack_label, ""),
+                    profile=labels.get("nvidia.com/gpu.product", ""),
+                    gpus=int(capacity.get(GPU_RESOURCE, "0") or 0),
+                    labels=labels,
+                    taints=tuple(
+                        {"key": t.key, "value": t.value or "", "effect": t.effect}
+                        for t in (node.spec.taints or [])
+                    ),
+                    unschedulable=bool(node.spec.unschedulable),
+                    gpu_pods=gpu_pods.get(node.metadata.name, 0),
+                    allocatable_gpus=int(allocatable.get(GPU_RESOURCE, "0") or 0),
+                )
+            )
+        return nodes
+
+    def gpu_pods_per_node(self) -> dict[str, int]:
+        """Pods holding GPUs on each node: bound and not finished (Pending on a node holds its GPUs too)."""
+        counts: dict[str, int] = {}
+        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+        pages = self._paged(
+            lambda token: self.core.list_pod_for_all_namespaces(
+                field_selector=selector, limit=PAGE, _continue=token
+            )
+        )
+        for pod in pages:
+            containers = [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]
+            if any(
+                GPU_RESOURCE in ((c.resources and (c.resources.limits or c.resources.requests)) or {})
+                for c in containers
+            ):
+                counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
+        return counts
+
+    @staticmethod
+    def _paged(fetch: Callable[[str | None], Any]) -> list[Any]:
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            page = fetch(token)
+            items.extend(page.items)
+            token = page.metadata._continue
+            if not token:
+                return items
+
+    # --- node operations (idempotent) ---------------------------------------------------------
+    def cordon(self, node: str) -> None:
+        self.core.patch_node(node, {"spec": {"unschedulable": True}})
+
+    def uncordon(self, node: str) -> None:
+        self.core.patch_node(node, {"spec": {"unschedulable": None}})
+
+    def set_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        self.core.patch_node(node, {"metadata": {"labels": labels}})  # a null value removes the label
+
+    def add_taint(self, node: str, key: str, value: str, effect: str) -> None:
+        def change(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            kept = [t for t in taints if not (t["key"] == key and t.get("effect") == effect)]
+            return [*kept, {"key": key, "value": value, "effect": effect}]
+
+        self._update_taints(node, change)
+
+    def remove_taint(self, node: str, key: str) -> None:
+        self._update_taints(node, lambda taints: [t for t in taints if t["key"] != key])
+
+    def _update_taints(
+        self, node: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    ) -> None:
+        for attempt in range(CONFLICT_RETRIES):
+            current = self.core.read_node(node)
+            taints = [
+                {k: v for k, v in (("key", t.key), ("value", t.value), ("effect", t.effect)) if v is not None}
+                for t in (current.spec.taints or [])
+            ]
+            wanted = change(taints)
+            if wanted == taints:
+                return
+            body = {
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": wanted},
+            }
+            try:
+                self.core.patch_node(node, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise NodeUpdateError(
+            f"taints of node {node!r} kept changing: gave up after {CONFLICT_RETRIES} conflicts"
+        )

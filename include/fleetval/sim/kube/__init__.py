@@ -1,0 +1,1 @@
+"""The simulated cluster served as a Kubernetes API (`fleetval sim serve`)."""

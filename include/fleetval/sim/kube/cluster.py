@@ -1,0 +1,1134 @@
+"""The simulated cluster behind `fleetval sim serve`: an object store with the API server's
+semantics (resourceVersion, conflicts, validation, selectors, paging, watch) and the controllers
+the product relies on — the scheduler, a kubelet per node (containers run through the image
+catalog, so a probe prints what the real tool would print on that node, faults included).
+
+Time: a container runs for its tool's nominal duration × `time_scale` (0 runs probes at once;
+the demo uses a small scale so runs can be watched). State is written to the store
+(`sim_objects`) and read back on start, so a restarted server continues the same cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import copy
+import datetime as dt
+import hashlib
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sqlalchemy import Engine, delete, insert, select
+
+from fleetval.k8s import scheduling
+from fleetval.k8s.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from fleetval.k8s.selectors import SelectorError, parse_field_selector, parse_label_selector
+from fleetval.k8s.validation import ApiError, check_custom, load_crds, status_body, validate_core
+from fleetval.sim.images import ContainerContext, ContainerResult, run_container
+from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
+from fleetval.sim.kube.resources import Resource, by_kind
+from fleetval.sim.spec import FleetSpec
+from fleetval.store.models import SimObject
+
+DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease", "fleetval")
+WATCH_LOG_SIZE: Final = 100_000
+MAX_EVENTS: Final = 50_000
+GPU: Final = "nvidia.com/gpu"
+TERMINAL: Final = frozenset({"Succeeded", "Failed"})
+UNKNOWN_FORMAT: Final = "the body of the request was in an unknown format - accepted media types include: "
+POD_MUTABLE_SPEC: Final = frozenset({"activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"})
+
+Key = tuple[str, str, str]  # (resource key, namespace, name)
+
+
+def now_rfc3339(t: float | None = None) -> str:
+    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def nano_rfc3339(t: float) -> str:
+    stamp = dt.datetime.fromtimestamp(t, dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond * 1000:09d}Z"
+
+
+@dataclass(slots=True)
+class Run:
+    """What the kubelet knows of a pod's base container run (not part of the API object)."""
+
+    node: str
+    gpus: list[int]
+    started: float
+    ends: float
+    output: str
+    exit_code: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "gpus": self.gpus,
+            "started": self.started,
+            "ends": self.ends if math.isfinite(self.ends) else None,  # JSON has no infinity
+            "output": self.output,
+            "exit_code": self.exit_code,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Run:
+        ends = math.inf if data["ends"] is None else float(data["ends"])
+        return cls(data["node"], list(data["gpus"]), data["started"], ends, data["output"], data["exit_code"])
+
+    def lines(self) -> list[tuple[float, str]]:
+        """Output lines with the time each was printed (spread over the run)."""
+        lines = self.output.splitlines()
+        span = max(0.0, self.ends - self.started) if math.isfinite(self.ends) else 0.0
+        n = max(1, len(lines))
+        return [(self.started + span * (i + 1) / n, line) for i, line in enumerate(lines)]
+
+
+@dataclass(slots=True)
+class Change:
+    rv: int
+    resource: str
+    namespace: str
+    kind: str  # ADDED, MODIFIED, DELETED
+    obj: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ListOptions:
+    label_selector: str = ""
+    field_selector: str = ""
+    limit: int = 0
+    continue_token: str = ""
+
+
+@dataclass
+class SimKubeCluster:
+    spec: FleetSpec
+    engine: Engine | None = None
+    time_scale: float = 0.0
+    clock: Callable[[], float] = time.time
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[Key, Run] = field(default_factory=dict)
+    rv: int = 0
+    changes: collections.deque[Change] = field(
+        default_factory=lambda: collections.deque(maxlen=WATCH_LOG_SIZE)
+    )
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    _dirty: set[Key] = field(default_factory=set)
+    _deleted: set[Key] = field(default_factory=set)
+    _pending: set[Key] = field(default_factory=set)  # pods not yet bound to a node
+    _active: set[Key] = field(default_factory=set)  # bound pods not yet terminal
+    _event_seq: int = 0
+    _name_seq: int = 0
+
+    # --- start ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the fleet (and any state a previous server left in the store)."""
+        with self.lock:
+            if self.engine is not None and self._load():
+                return
+            for ns in DEFAULT_NAMESPACES:
+                self._put(by_kind("Namespace"), self._new_meta({"metadata": {"name": ns}}, "Namespace", ""))
+            for node in fleet_nodes(self.spec):
+                node["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+                self._put(by_kind("Node"), node)
+            self._flush()
+
+    def reset(self) -> None:
+        """Forget the state a previous server saved: the next start begins from the fleet spec."""
+        if self.engine is not None:
+            with self.engine.begin() as conn:
+                conn.execute(delete(SimObject).where(SimObject.fleet == self.spec.name))
+
+    def _load(self) -> bool:
+        assert self.engine is not None
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    SimObject.resource, SimObject.namespace, SimObject.name, SimObject.body, SimObject.sim
+                ).where(SimObject.fleet == self.spec.name)
+            ).all()
+        if not rows:
+            return False
+        for res_key, ns, name, body, sim in rows:
+            key = (res_key, ns, name)
+            self.objects[key] = body
+            self.rv = max(self.rv, int(body["metadata"].get("resourceVersion", "0")))
+            if sim.get("run"):
+                self.runs[key] = Run.from_json(sim["run"])
+            if res_key == "v1/pods" and body["status"].get("phase") not in TERMINAL:
+                (self._active if body["spec"].get("nodeName") else self._pending).add(key)
+        return True
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write changed objects to the store (events are not kept, as on a real cluster they expire)."""
+        if self.engine is None or not (self._dirty or self._deleted):
+            self._dirty.clear()
+            self._deleted.clear()
+            return
+        dirty = [k for k in self._dirty if k in self.objects and k[0] != "v1/events"]
+        deleted = list(self._deleted)
+        with self.engine.begin() as conn:
+            for res_key, ns, name in [*dirty, *deleted]:
+                conn.execute(
+                    delete(SimObject).where(
+                        SimObject.fleet == self.spec.name,
+                        SimObject.resource == res_key,
+                        SimObject.namespace == ns,
+                        SimObject.name == name,
+                    )
+                )
+            if dirty:
+                conn.execute(
+                    insert(SimObject),
+                    [
+                        {
+                            "fleet": self.spec.name,
+                            "resource": k[0],
+                            "namespace": k[1],
+                            "name": k[2],
+                            "body": self.objects[k],
+                            "sim": {"run": self.runs[k].to_json()} if k in self.runs else {},
+                        }
+                        for k in dirty
+                    ],
+                )
+        self._dirty.clear()
+        self._deleted.clear()
+
+    # --- store primitives (lock held) ---------------------------------------------------------
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _new_meta(self, obj: dict[str, Any], kind: str, namespace: str) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        if namespace:
+            meta["namespace"] = namespace
+        meta.setdefault("uid", self._uid(kind, namespace, meta.get("name", "")))
+        meta.setdefault("creationTimestamp", now_rfc3339(self.clock()))
+        return obj
+
+    def _uid(self, *parts: str) -> str:
+        digest = hashlib.sha256(f"{self.spec.seed}/{self.rv}/{'/'.join(parts)}".encode()).hexdigest()
+        return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+    def _put(self, res: Resource, obj: dict[str, Any], *, kind: str = "") -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = (res.key, meta.get("namespace", "") if res.namespaced else "", meta["name"])
+        change = kind or ("MODIFIED" if key in self.objects else "ADDED")
+        meta["resourceVersion"] = self._next_rv()
+        obj["apiVersion"] = res.api_version
+        obj["kind"] = res.kind
+        self.objects[key] = obj
+        self._dirty.add(key)
+        self._deleted.discard(key)
+        self.changes.append(Change(self.rv, res.key, key[1], change, copy.deepcopy(obj)))
+        self.lock.notify_all()
+        return obj
+
+    def _remove(self, res: Resource, key: Key) -> dict[str, Any]:
+        obj = self.objects.pop(key)
+        self.runs.pop(key, None)
+        self._pending.discard(key)
+        self._active.discard(key)
+        self._dirty.discard(key)
+        self._deleted.add(key)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self.changes.append(Change(self.rv, res.key, key[1], "DELETED", copy.deepcopy(obj)))
+        self.lock.notify_all()
+        return obj
+
+    def _key(self, res: Resource, namespace: str, name: str) -> Key:
+        return (res.key, namespace if res.namespaced else "", name)
+
+    def _not_found(self, res: Resource, name: str) -> ApiError:
+        return ApiError(
+            404,
+            status_body(
+                404,
+                "NotFound",
+                f'{res.group_resource} "{name}" not found',
+                kind=res.plural,
+                name=name,
+                group=res.group,
+            ),
+        )
+
+    def _require_namespace(self, res: Resource, namespace: str) -> None:
+        if res.namespaced and ("v1/namespaces", "", namespace) not in self.objects:
+            raise ApiError(
+                404,
+                status_body(
+                    404, "NotFound", f'namespaces "{namespace}" not found', kind="namespaces", name=namespace
+                ),
+            )
+
+    # --- API verbs --------------------------------------------------------------------------
+    def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            self._reconcile()
+            obj = self.objects.get(self._key(res, namespace, name))
+            if obj is None:
+                raise self._not_found(res, name)
+            return copy.deepcopy(obj)
+
+    def list_objects(self, res: Resource, namespace: str | None, opts: ListOptions) -> dict[str, Any]:
+        try:
+            labels = parse_label_selector(opts.label_selector)
+            fields = parse_field_selector(opts.field_selector, res.kind)
+        except SelectorError as exc:
+            raise ApiError(400, status_body(400, "BadRequest", str(exc))) from None
+        start_after = ""
+        if opts.continue_token:
+            try:
+                start_after = json.loads(base64.urlsafe_b64decode(opts.continue_token))["start"]
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                raise ApiError(
+                    400,
+                    status_body(
+                        400,
+                        "BadRequest",
+                        "continue key is not valid: incorrect encoded start resourceVersion",
+                    ),
+                ) from None
+        with self.lock:
+            self._reconcile()
+            items = []
+            for (res_key, ns, name), obj in sorted(self.objects.items()):
+                if res_key != res.key or (namespace and ns != namespace):
+                    continue
+                if start_after and f"{ns}/{name}" <= start_after:
+                    continue
+                if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj):
+                    items.append(obj)
+            meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+            if opts.limit and len(items) > opts.limit:
+                last = items[opts.limit - 1]["metadata"]
+                token = json.dumps({"start": f"{last.get('namespace', '')}/{last['name']}", "rv": self.rv})
+                meta["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
+                meta["remainingItemCount"] = len(items) - opts.limit
+                items = items[: opts.limit]
+            return {
+                "apiVersion": res.api_version,
+                "kind": res.list_kind,
+                "metadata": meta,
+                "items": copy.deepcopy(items),
+            }
+
+    def create(
+        self, res: Resource, namespace: str, body: dict[str, Any], *, field_validation: str = "Warn"
+    ) -> tuple[dict[str, Any], list[str]]:
+        meta_in = body.get("metadata") if isinstance(body, dict) else None
+        if isinstance(meta_in, dict) and not meta_in.get("name") and meta_in.get("generateName"):
+            # The server names the object before validating it, so errors name it too.
+            with self.lock:
+                name = str(meta_in["generateName"]) + self._suffix()
+            body = {**body, "metadata": {**meta_in, "name": name}}
+        obj, warnings = self._validated(res, body, field_validation)
+        with self.lock:
+            self._reconcile()
+            meta = obj.setdefault("metadata", {})
+            if res.namespaced:
+                if meta.get("namespace") not in (None, "", namespace):
+                    raise ApiError(
+                        400,
+                        status_body(
+                            400,
+                            "BadRequest",
+                            "the namespace of the provided object does not match the namespace sent on the "
+                            "request",
+                        ),
+                    )
+                self._require_namespace(res, namespace)
+            key = self._key(res, namespace, meta["name"])
+            if key in self.objects:
+                raise ApiError(
+                    409,
+                    status_body(
+                        409,
+                        "AlreadyExists",
+                        f'{res.group_resource} "{meta["name"]}" already exists',
+                        kind=res.plural,
+                        name=meta["name"],
+                        group=res.group,
+                    ),
+                )
+            meta.pop("resourceVersion", None)
+            self._new_meta(obj, res.kind, namespace if res.namespaced else "")
+            if res.kind == "Pod":
+                self._default_pod(obj)
+            elif res.kind == "Event":
+                self._trim_events()
+            created = self._put(res, obj)
+            if res.kind == "Pod":
+                self._pending.add(key)
+                self._reconcile()
+            self._flush()
+            return copy.deepcopy(self.objects.get(key, created)), warnings
+
+    def replace(
+        self, res: Resource, namespace: str, name: str, body: dict[str, Any], *, subresource: str = ""
+    ) -> dict[str, Any]:
+        obj, _ = self._validated(res, body, "Warn")
+        with self.lock:
+            self._reconcile()
+            key = self._key(res, namespace, name)
+            current = self.objects.get(key)
+            if current is None:
+                raise self._not_found(res, name)
+            return self._update(res, key, current, obj, subresource)
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        patch: Any,
+        content_type: str,
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        with self.lock:
+            self._reconcile()
+            key = self._key(res, namespace, name)
+            current = self.objects.get(key)
+            if current is None:
+                raise self._not_found(res, name)
+            try:
+                if content_type == "application/json-patch+json":
+                    if not isinstance(patch, list):
+                        raise PatchError(
+                            "json: cannot unmarshal object into Go value of type jsonpatch.Patch", code=400
+                        )
+                    patched = json_patch(current, patch)
+                elif content_type == "application/merge-patch+json":
+                    patched = merge_patch(current, _mapping(patch))
+                elif content_type == "application/strategic-merge-patch+json":
+                    if not res.strategic:
+                        raise ApiError(
+                            415,
+                            status_body(
+                                415,
+                                "UnsupportedMediaType",
+                                f"{UNKNOWN_FORMAT}application/json-patch+json, application/merge-patch+json, "
+                                "application/apply-patch+yaml",
+                            ),
+                        )
+                    patched = strategic_merge_patch(current, _mapping(patch), res.kind)
+                else:
+                    raise ApiError(
+                        415,
+                        status_body(
+                            415,
+                            "UnsupportedMediaType",
+                            f"{UNKNOWN_FORMAT}application/json-patch+json, application/merge-patch+json"
+                            f"{', application/strategic-merge-patch+json' if res.strategic else ''}",
+                        ),
+                    )
+            except PatchError as exc:
+                code = getattr(exc, "code", 422)
+                raise ApiError(
+                    code, status_body(code, "BadRequest" if code == 400 else "Invalid", str(exc))
+                ) from None
+            obj, _ = self._validated(res, patched, "Warn")
+            return self._update(res, key, current, obj, subresource)
+
+    def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            self._reconcile()
+            key = self._key(res, namespace, name)
+            if key not in self.objects:
+                raise self._not_found(res, name)
+            obj = self.objects[key]
+            if res.kind == "Pod" and obj["status"].get("phase") not in TERMINAL:
+                obj["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock())
+                obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            if res.kind == "Namespace":
+                for other in [k for k in self.objects if k[1] == name]:
+                    self._remove(_resource_of(other[0]), other)
+            removed = self._remove(res, key)
+            self._flush()
+            return copy.deepcopy(removed)
+
+    def _update(
+        self, res: Resource, key: Key, current: dict[str, Any], obj: dict[str, Any], subresource: str
+    ) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        rv = meta.get("resourceVersion")
+        name = key[2]
+        if rv not in (None, "") and rv != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                status_body(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {res.group_resource} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    kind=res.plural,
+                    name=name,
+                    group=res.group,
+                ),
+            )
+        if meta.get("name", name) != name:
+            raise ApiError(
+                400,
+                status_body(
+                    400,
+                    "BadRequest",
+                    f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+                    f"({name})",
+                ),
+            )
+        # Identity and server-set fields cannot change; status and spec go through their own endpoints.
+        for field_name in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "deletionTimestamp",
+            "generateName",
+        ):
+            if field_name in current["metadata"]:
+                meta[field_name] = current["metadata"][field_name]
+        has_status = res.kind in ("Pod", "Node", "Namespace") or "status" in current
+        if subresource == "status":
+            obj = {**copy.deepcopy(current), "status": obj.get("status", {})}
+            obj["metadata"] = copy.deepcopy(current["metadata"])
+        elif has_status:
+            obj["status"] = copy.deepcopy(current.get("status", {}))
+        if res.kind == "Pod" and subresource != "status":
+            self._check_pod_update(current, obj)
+        if obj == {
+            **current,
+            "metadata": {
+                **current["metadata"],
+                **{"resourceVersion": current["metadata"]["resourceVersion"]},
+            },
+        }:
+            return copy.deepcopy(current)  # a no-op update keeps the resourceVersion, as on a real server
+        updated = self._put(res, obj, kind="MODIFIED")
+        self._reconcile()
+        self._flush()
+        return copy.deepcopy(updated)
+
+    def _check_pod_update(self, current: dict[str, Any], new: dict[str, Any]) -> None:
+        old_spec = {k: v for k, v in current["spec"].items() if k not in POD_MUTABLE_SPEC}
+        new_spec = {k: v for k, v in new.get("spec", {}).items() if k not in POD_MUTABLE_SPEC}
+        for spec in (old_spec, new_spec):
+            spec["containers"] = [
+                {k: v for k, v in c.items() if k != "image"} for c in spec.get("containers", [])
+            ]
+        if old_spec != new_spec:
+            name = current["metadata"]["name"]
+            message = (
+                f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change fields other than '
+                "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+                "`spec.tolerations` (only additions to existing tolerations),"
+                "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+            )
+            raise ApiError(
+                422,
+                status_body(
+                    422,
+                    "Invalid",
+                    message,
+                    kind="Pod",
+                    name=name,
+                    causes=(
+                        {
+                            "reason": "FieldValueForbidden",
+                            "message": message.split(": ", 1)[1],
+                            "field": "spec",
+                        },
+                    ),
+                ),
+            )
+
+    def _validated(self, res: Resource, body: Any, field_validation: str) -> tuple[dict[str, Any], list[str]]:
+        if not isinstance(body, dict):
+            raise ApiError(
+                400,
+                status_body(400, "BadRequest", f"the body of the request could not be decoded as {res.kind}"),
+            )
+        body = copy.deepcopy(body)
+        body.setdefault("apiVersion", res.api_version)
+        body.setdefault("kind", res.kind)
+        if body.get("kind") != res.kind or body.get("apiVersion") != res.api_version:
+            raise ApiError(
+                400,
+                status_body(
+                    400,
+                    "BadRequest",
+                    f"the API version in the data ({body.get('apiVersion')}) does not match the expected "
+                    f"API version ({res.api_version})",
+                ),
+            )
+        if res.is_core:
+            return validate_core(body, field_validation=field_validation)
+        crd = load_crds()[(res.group, res.plural)]
+        return check_custom(body, crd, res.version, field_validation=field_validation)
+
+    def _suffix(self) -> str:
+        self._name_seq += 1
+        rng = random.Random(f"{self.spec.seed}/{self.rv}/{self._name_seq}")
+        return "".join(rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+
+    # --- pods: defaults, scheduler, kubelet ----------------------------------------------------
+    def _default_pod(self, pod: dict[str, Any]) -> None:
+        spec = pod.setdefault("spec", {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount", "default"))
+        spec.setdefault("securityContext", {})
+        for container in spec.get("containers", []):
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            image = str(container.get("image", ""))
+            tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
+            container.setdefault("imagePullPolicy", "Always" if tag == "latest" else "IfNotPresent")
+            container.setdefault("resources", {})
+            limits = container["resources"].get("limits") or {}
+            requests = container["resources"].setdefault("requests", {})
+            for name, value in limits.items():
+                requests.setdefault(name, value)
+        pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+    def reconcile(self) -> None:
+        with self.lock:
+            self._reconcile()
+            self._flush()
+
+    def _reconcile(self) -> None:
+        now = self.clock()
+        if self._pending:
+            self._schedule(now)
+        for key in sorted(self._active):
+            pod = self.objects.get(key)
+            if pod is None:
+                self._active.discard(key)
+                continue
+            if key not in self.runs:
+                self._start(key, pod, now)
+            else:
+                self._progress(key, pod, now)
+
+    def _schedule(self, now: float) -> None:
+        nodes = {k[2]: obj for k, obj in self.objects.items() if k[0] == "v1/nodes"}
+        on_node = self._pods_by_node()
+        for key in sorted(self._pending):
+            pod = self.objects.get(key)
+            if pod is None:
+                self._pending.discard(key)
+                continue
+            spec = pod["spec"]
+            pinned = spec.get("nodeName")
+            if pinned:
+                candidates = [pinned] if pinned in nodes else []
+            else:
+                hostname = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+                candidates = [hostname] if hostname in nodes else ([] if hostname else sorted(nodes))
+            reasons: collections.Counter[str] = collections.Counter()
+            chosen = None
+            for name in candidates:
+                why = scheduling.filter_node_reasons(pod, nodes[name], on_node.get(name, []))
+                if not why:
+                    chosen = name
+                    break
+                reasons.update(why)
+            unmatched = len(nodes) - len(candidates)
+            if unmatched:
+                reasons["node(s) didn't match Pod's node affinity/selector"] += unmatched
+            if chosen is None:
+                self._unschedulable(key, pod, len(nodes), reasons, now)
+                continue
+            self._bind(key, pod, chosen, now)
+            on_node.setdefault(chosen, []).append(pod)
+
+    def _pods_by_node(self) -> dict[str, list[dict[str, Any]]]:
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for key in self._active:
+            pod = self.objects.get(key)
+            if pod is not None and pod["spec"].get("nodeName"):
+                by_node.setdefault(pod["spec"]["nodeName"], []).append(pod)
+        return by_node
+
+    def _unschedulable(
+        self, key: Key, pod: dict[str, Any], total: int, reasons: collections.Counter[str], now: float
+    ) -> None:
+        message = scheduling.fit_error_message(total, dict(reasons))
+        conditions = pod["status"].setdefault("conditions", [])
+        current = next((c for c in conditions if c["type"] == "PodScheduled"), None)
+        if current and current.get("message") == message:
+            return
+        pod["status"]["conditions"] = [c for c in conditions if c["type"] != "PodScheduled"] + [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(now),
+            }
+        ]
+        self._put(by_kind("Pod"), pod)
+        self._event(pod, "Warning", "FailedScheduling", message, "default-scheduler", now)
+
+    def _bind(self, key: Key, pod: dict[str, Any], node: str, now: float) -> None:
+        pod["spec"]["nodeName"] = node
+        status = pod["status"]
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(now),
+            }
+        ]
+        status["hostIP"] = self._node_ip(node)
+        status["startTime"] = now_rfc3339(now)
+        status["containerStatuses"] = [
+            _container_status(c, {"waiting": {"reason": "ContainerCreating"}})
+            for c in pod["spec"]["containers"]
+        ]
+        self._pending.discard(key)
+        self._active.add(key)
+        self._put(by_kind("Pod"), pod)
+        self._event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {key[1]}/{key[2]} to {node}",
+            "default-scheduler",
+            now,
+        )
+
+    def _node_ip(self, node: str) -> str:
+        obj = self.objects.get(("v1/nodes", "", node), {})
+        for address in obj.get("status", {}).get("addresses", []):
+            if address["type"] == "InternalIP":
+                return str(address["address"])
+        return ""
+
+    def _start(self, key: Key, pod: dict[str, Any], now: float) -> None:
+        node = pod["spec"]["nodeName"]
+        container = pod["spec"]["containers"][0]
+        gpus = self._allocate_gpus(
+            node, key, int(scheduling.parse_quantity(_requests(container).get(GPU, "0")))
+        )
+        ctx = ContainerContext(
+            node=node,
+            gpu_indices=tuple(gpus),
+            env={e["name"]: str(e.get("value", "")) for e in container.get("env", []) if "name" in e},
+            salt=pod["metadata"]["uid"],
+            peers=self._peers(pod),
+            shm_bytes=_shm_bytes(pod, container),
+        )
+        result: ContainerResult = run_container(
+            str(container.get("image", "")),
+            list(container.get("command") or []),
+            list(container.get("args") or []),
+            ctx,
+            self.spec,
+        )
+        # A process that never exits by itself (`sleep infinity`, a server) runs until deleted.
+        took = result.duration_s * self.time_scale if math.isfinite(result.duration_s) else math.inf
+        self.runs[key] = Run(node, gpus, now, now + took, result.output, result.exit_code)
+        for c in pod["spec"]["containers"]:
+            self._event(
+                pod,
+                "Normal",
+                "Pulled",
+                f'Container image "{c.get("image")}" already present on machine',
+                "kubelet",
+                now,
+                c["name"],
+            )
+            self._event(
+                pod, "Normal", "Created", f"Created container: {c['name']}", "kubelet", now, c["name"]
+            )
+            self._event(pod, "Normal", "Started", f"Started container {c['name']}", "kubelet", now, c["name"])
+        started = now_rfc3339(now)
+        status = pod["status"]
+        status["phase"] = "Running"
+        status["podIP"] = status["hostIP"] if pod["spec"].get("hostNetwork") else _pod_ip(self.spec.seed, key)
+        status["containerStatuses"] = [
+            _container_status(c, {"running": {"startedAt": started}}, ready=True)
+            for c in pod["spec"]["containers"]
+        ]
+        status["conditions"] = [c for c in status["conditions"] if c["type"] == "PodScheduled"] + [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": started}
+            for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+        ]
+        self.runs[key].started = now
+        self._put(by_kind("Pod"), pod)
+        self._progress(key, pod, now)
+
+    def _peers(self, pod: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """For an MPIJob launcher: its workers' nodes and GPUs, in rank order."""
+        labels = pod["metadata"].get("labels") or {}
+        job = labels.get("training.kubeflow.org/job-name")
+        if labels.get("training.kubeflow.org/job-role") != "launcher" or not job:
+            return ()
+        ns = pod["metadata"]["namespace"]
+        workers = []
+        for (res_key, wns, _name), other in self.objects.items():
+            other_labels = other["metadata"].get("labels") or {}
+            if (
+                res_key == "v1/pods"
+                and wns == ns
+                and other_labels.get("training.kubeflow.org/job-name") == job
+                and other_labels.get("training.kubeflow.org/job-role") == "worker"
+                and (run := self.runs.get((res_key, wns, _name))) is not None
+            ):
+                workers.append(
+                    (
+                        int(other_labels.get("training.kubeflow.org/replica-index", "0")),
+                        run.node,
+                        tuple(run.gpus),
+                    )
+                )
+        return tuple((node, gpus) for _i, node, gpus in sorted(workers))
+
+    def _allocate_gpus(self, node: str, key: Key, count: int) -> list[int]:
+        """The device plugin hands out healthy GPUs not held by another running container."""
+        if count <= 0:
+            return []
+        held = {
+            g
+            for k, run in self.runs.items()
+            if k != key and run.node == node and k in self._active
+            for g in run.gpus
+        }
+        bad = unhealthy_gpus(self.spec, node)
+        free = [i for i in range(self.spec.profile_of(node).gpus) if i not in held and i not in bad]
+        return free[:count]
+
+    def _progress(self, key: Key, pod: dict[str, Any], now: float) -> None:
+        run = self.runs[key]
+        # activeDeadlineSeconds counts from the pod's start on its node, in simulated seconds: an
+        # unscheduled pod has no start, so its deadline never fires (as on a real cluster).
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        if (
+            deadline
+            and self.time_scale > 0
+            and now >= run.started + float(deadline) * self.time_scale
+            and now < run.ends
+        ):
+            self._terminate(
+                key,
+                pod,
+                now,
+                exit_code=137,
+                reason="Error",
+                pod_reason="DeadlineExceeded",
+                pod_message="Pod was active on the node longer than the specified deadline",
+            )
+            self._event(
+                pod,
+                "Normal",
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline",
+                "kubelet",
+                now,
+            )
+            return
+        if now < run.ends:
+            return
+        restart = pod["spec"].get("restartPolicy", "Always")
+        if restart == "Always" or (restart == "OnFailure" and run.exit_code != 0):
+            return  # a long-running container: it keeps running until the pod is deleted
+        self._terminate(
+            key,
+            pod,
+            run.ends,
+            exit_code=run.exit_code,
+            reason="Completed" if run.exit_code == 0 else ("StartError" if run.exit_code == 128 else "Error"),
+        )
+
+    def _terminate(
+        self,
+        key: Key,
+        pod: dict[str, Any],
+        at: float,
+        *,
+        exit_code: int,
+        reason: str,
+        pod_reason: str = "",
+        pod_message: str = "",
+    ) -> None:
+        run = self.runs[key]
+        run.ends = min(run.ends, at)
+        status = pod["status"]
+        status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+        if pod_reason:
+            status["reason"] = pod_reason
+            status["message"] = pod_message
+        finished = now_rfc3339(at)
+        terminated: dict[str, Any] = {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": now_rfc3339(run.started),
+            "finishedAt": finished,
+            "containerID": f"containerd://{hashlib.sha256(pod['metadata']['uid'].encode()).hexdigest()}",
+        }
+        if exit_code != 0 and any(
+            c.get("terminationMessagePolicy") == "FallbackToLogsOnError" for c in pod["spec"]["containers"]
+        ):
+            terminated["message"] = "\n".join(run.output.splitlines()[-80:])[-4096:]
+        status["containerStatuses"] = [
+            _container_status(c, {"terminated": terminated}) for c in pod["spec"]["containers"]
+        ]
+        status["conditions"] = [
+            {**c, "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished}
+            if c["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers")
+            else c
+            for c in status.get("conditions", [])
+        ]
+        self._active.discard(key)
+        self._put(by_kind("Pod"), pod)
+
+    # --- logs ---------------------------------------------------------------------------------
+    def log_lines(
+        self, namespace: str, name: str, container: str | None
+    ) -> tuple[list[tuple[float, str]], bool]:
+        """The lines printed so far (with their times) and whether the container has ended."""
+        with self.lock:
+            self._reconcile()
+            key = ("v1/pods", namespace, name)
+            pod = self.objects.get(key)
+            if pod is None:
+                raise self._not_found(by_kind("Pod"), name)
+            names = [c["name"] for c in pod["spec"]["containers"]]
+            if container is None:
+                if len(names) > 1:
+                    raise ApiError(
+                        400,
+                        status_body(
+                            400,
+                            "BadRequest",
+                            f"a container name must be specified for pod {name}, "
+                            f"choose one of: [{' '.join(names)}]",
+                        ),
+                    )
+                container = names[0]
+            if container not in names:
+                raise ApiError(
+                    400, status_body(400, "BadRequest", f"container {container} is not valid for pod {name}")
+                )
+            run = self.runs.get(key)
+            if run is None:
+                reason = "ContainerCreating"
+                raise ApiError(
+                    400,
+                    status_body(
+                        400,
+                        "BadRequest",
+                        f'container "{container}" in pod "{name}" is waiting to start: {reason}',
+                    ),
+                )
+            if container != names[0]:
+                return [], pod["status"]["phase"] in TERMINAL
+            now = self.clock()
+            ended = pod["status"]["phase"] in TERMINAL or key not in self._active
+            return [(t, line) for t, line in run.lines() if ended or t <= now], ended
+
+    # --- events and watch -----------------------------------------------------------------------
+    def _event(
+        self,
+        obj: dict[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        component: str,
+        now: float,
+        container: str = "",
+    ) -> None:
+        self._event_seq += 1
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
+        stamp = now_rfc3339(now)
+        involved: dict[str, Any] = {
+            "kind": obj["kind"],
+            "namespace": meta.get("namespace", ""),
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+            "apiVersion": obj["apiVersion"],
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        if container:
+            involved["fieldPath"] = f"spec.containers{{{container}}}"
+        event = {
+            "metadata": {
+                "name": f"{meta['name']}.{self._event_seq:016x}",
+                "namespace": ns,
+                "uid": self._uid("event", str(self._event_seq)),
+                "creationTimestamp": stamp,
+            },
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "source": {
+                "component": component,
+                **({"host": obj["spec"].get("nodeName")} if component == "kubelet" else {}),
+            },
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "type": kind,
+            "eventTime": None,
+            "reportingComponent": component,
+            "reportingInstance": "",
+        }
+        self._trim_events()
+        self._put(by_kind("Event"), event)
+
+    def _trim_events(self) -> None:
+        events = [k for k in self.objects if k[0] == "v1/events"]
+        if len(events) >= MAX_EVENTS:
+            for key in events[: len(events) - MAX_EVENTS + 1]:
+                self._remove(by_kind("Event"), key)
+
+    def watch(
+        self, res: Resource, namespace: str | None, opts: ListOptions, resource_version: str, timeout_s: float
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events (`{"type", "object"}`) until `timeout_s`; starts with ADDED for every
+        matching object when no resourceVersion is given, as the API server does."""
+        try:
+            labels = parse_label_selector(opts.label_selector)
+            fields = parse_field_selector(opts.field_selector, res.kind)
+        except SelectorError as exc:
+            raise ApiError(400, status_body(400, "BadRequest", str(exc))) from None
+
+        def wanted(obj: dict[str, Any], ns: str) -> bool:
+            return (
+                (not namespace or ns == namespace)
+                and labels.matches(obj["metadata"].get("labels"))
+                and fields.matches(obj)
+            )
+
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            self._reconcile()
+            if resource_version in ("", "0"):
+                since = self.rv
+                initial = [
+                    copy.deepcopy(o)
+                    for k, o in sorted(self.objects.items())
+                    if k[0] == res.key and wanted(o, k[1])
+                ]
+            else:
+                since = int(resource_version) if resource_version.isdigit() else -1
+                oldest = self.changes[0].rv if self.changes else self.rv + 1
+                if since < 0 or (since + 1 < oldest and since < self.rv):
+                    initial = []
+                    yield {
+                        "type": "ERROR",
+                        "object": status_body(
+                            410, "Expired", f"too old resource version: {resource_version} ({oldest - 1})"
+                        ),
+                    }
+                    return
+                initial = []
+        for obj in initial:
+            yield {"type": "ADDED", "object": obj}
+        while True:
+            with self.lock:
+                batch = [
+                    c
+                    for c in self.changes
+                    if c.rv > since and c.resource == res.key and wanted(c.obj, c.namespace)
+                ]
+                if self.changes:
+                    since = max(since, self.changes[-1].rv)
+                if not batch:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self.lock.wait(timeout=min(remaining, 0.2))
+                    self._reconcile()
+                    continue
+            for change in batch:
+                yield {"type": change.kind, "object": change.obj}
+
+
+def _mapping(patch: Any) -> dict[str, Any]:
+    if not isinstance(patch, dict):
+        raise PatchError("patch body must be a JSON object", code=400)
+    return patch
+
+
+def _resource_of(key: str) -> Resource:
+    from fleetval.sim.kube.resources import all_resources
+
+    return next(r for r in all_resources() if r.key == key)
+
+
+def _requests(container: dict[str, Any]) -> dict[str, Any]:
+    resources = container.get("resources") or {}
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    containers = spec.get("containers", [])
+    if not any(
+        (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
+        for c in containers
+    ):
+        return "BestEffort"
+    guaranteed = all(
+        (c.get("resources") or {}).get("limits", {}).get(r) is not None
+        and (c.get("resources") or {}).get("limits", {}).get(r)
+        == ((c.get("resources") or {}).get("requests") or {}).get(
+            r, (c.get("resources") or {}).get("limits", {}).get(r)
+        )
+        for c in containers
+        for r in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _shm_bytes(pod: dict[str, Any], container: dict[str, Any]) -> int | None:
+    """/dev/shm size: a memory-backed emptyDir mounted there, else the runtime's 64 MiB default."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or [] if "name" in v}
+    for mount in container.get("volumeMounts") or []:
+        if mount.get("mountPath") == "/dev/shm":
+            empty_dir = (volumes.get(mount.get("name", "")) or {}).get("emptyDir")
+            if empty_dir is not None and empty_dir.get("medium") == "Memory":
+                limit = empty_dir.get("sizeLimit")
+                return int(scheduling.parse_quantity(limit)) if limit else 1 << 40
+    return None
+
+
+def _container_status(
+    container: dict[str, Any], state: dict[str, Any], *, ready: bool = False
+) -> dict[str, Any]:
+    image = str(container.get("image", ""))
+    return {
+        "name": container["name"],
+        "image": image,
+        "imageID": f"{image.split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
+        "ready": ready,
+        "started": "running" in state,
+        "restartCount": 0,
+        "state": state,
+        "lastState": {},
+    }
+
+
+def _pod_ip(seed: int, key: Key) -> str:
+    digest = hashlib.sha256(f"{seed}/{key}".encode()).digest()
+    return f"10.244.{digest[0]}.{digest[1] % 254 + 1}"

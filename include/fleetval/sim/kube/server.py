@@ -1,0 +1,388 @@
+"""`fleetval sim serve`: the simulated cluster over HTTP, as the Kubernetes API.
+
+The real `kubernetes` client, the cncf.kubernetes provider's hook and the KubernetesPodOperator
+talk to it through an ordinary kubeconfig (plain HTTP on 127.0.0.1 with a bearer token). Served:
+`/version`, discovery (`/api`, `/apis`), core v1 (pods with `log` and `status`, nodes with
+`status`, events, namespaces, configmaps, secrets, serviceaccounts), and the custom resources of
+the upstream CRDs; get, list (label/field selectors, `limit`/`continue`), watch (newline-delimited
+JSON stream), create, replace, patch (JSON, merge, strategic merge), delete. Failures are `Status`
+bodies with the API server's codes and reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import secrets
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+
+import yaml
+
+from fleetval.k8s.validation import KUBERNETES_VERSION, ApiError, status_body
+from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster, nano_rfc3339
+from fleetval.sim.kube.resources import Resource, all_resources, find
+
+TICK_S: Final = 0.05
+FLUSH_EVERY_S: Final = 0.5
+
+
+class KubeApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, cluster: SimKubeCluster, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+    ):
+        super().__init__((host, port), _Handler)
+        self.cluster = cluster
+        self.token = token or secrets.token_hex(16)
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="sim-kubelet", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        """Serve in background threads (the scheduler and kubelets tick in their own)."""
+        self.cluster.start()
+        self._ticker.start()
+        threading.Thread(target=self.serve_forever, name="sim-apiserver", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.shutdown()
+        self.server_close()
+        self.cluster.flush()
+
+    def _tick(self) -> None:
+        last_flush = time.monotonic()
+        while not self._stop.wait(TICK_S):
+            with self.cluster.lock:
+                self.cluster._reconcile()
+                if time.monotonic() - last_flush >= FLUSH_EVERY_S:
+                    self.cluster._flush()
+                    last_flush = time.monotonic()
+
+    def kubeconfig(self, context: str | None = None) -> dict[str, Any]:
+        name = context or f"fleetval-sim-{self.cluster.spec.name}"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": {"token": self.token}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "fleetval"}}],
+            "current-context": name,
+        }
+
+    def write_kubeconfig(self, path: pathlib.Path) -> pathlib.Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: KubeApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # request logging is noise for the simulator's users
+
+    # --- plumbing -----------------------------------------------------------------------------
+    def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError:
+                raise ApiError(
+                    400, status_body(400, "BadRequest", "the body of the request could not be decoded")
+                ) from None
+
+    def _authorized(self) -> bool:
+        if self.path.split("?")[0].rstrip("/") in ("/version", "/healthz", "/readyz", "/livez"):
+            return True
+        return self.headers.get("Authorization") == f"Bearer {self.server.token}"
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            if not self._authorized():
+                self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+                return
+            self._route(method)
+        except ApiError as exc:
+            self._send_json(exc.code, exc.body)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # --- routing ------------------------------------------------------------------------------
+    def _route(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
+        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/") if p]
+        if parts in (["version"], ["healthz"], ["readyz"], ["livez"]):
+            self._send_json(200, _version() if parts == ["version"] else "ok")
+            return
+        if parts == ["api"]:
+            self._send_json(
+                200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+            )
+            return
+        if parts == ["apis"]:
+            self._send_json(200, _groups())
+            return
+        if parts and parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts and parts[0] == "apis" and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _not_found_path(url.path)
+        if not rest:
+            self._send_json(200, _resource_list(group, version))
+            return
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        res = find(group, version, rest[0])
+        if res is None or (namespace is not None and not res.namespaced):
+            raise _not_found_path(url.path)
+        name = rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else ""
+        if len(rest) > 3 or subresource not in ("", "status", "log"):
+            raise _not_found_path(url.path)
+        self._serve(method, res, namespace, name, subresource, query)
+
+    def _serve(
+        self,
+        method: str,
+        res: Resource,
+        namespace: str | None,
+        name: str | None,
+        sub: str,
+        query: dict[str, str],
+    ) -> None:
+        cluster = self.server.cluster
+        ns = namespace or ""
+        if name is None:
+            if method == "GET":
+                opts = ListOptions(
+                    label_selector=query.get("labelSelector", ""),
+                    field_selector=query.get("fieldSelector", ""),
+                    limit=_int(query.get("limit"), "limit"),
+                    continue_token=query.get("continue", ""),
+                )
+                if query.get("watch", "").lower() in ("true", "1"):
+                    self._watch(res, namespace, opts, query)
+                else:
+                    self._send_json(200, cluster.list_objects(res, namespace, opts))
+                return
+            if method == "POST":
+                if res.namespaced and namespace is None:
+                    raise _method_not_allowed()
+                obj, warnings = cluster.create(
+                    res, ns, self._body(), field_validation=query.get("fieldValidation", "Warn")
+                )
+                headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+                self._send_json(201, obj, headers)
+                return
+            raise _method_not_allowed()
+        if sub == "log":
+            if res.kind != "Pod" or method != "GET":
+                raise _method_not_allowed()
+            self._log(ns, name, query)
+            return
+        if method == "GET":
+            self._send_json(200, cluster.get(res, ns, name))
+        elif method == "PUT":
+            self._send_json(200, cluster.replace(res, ns, name, self._body(), subresource=sub))
+        elif method == "PATCH":
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            self._send_json(200, cluster.patch(res, ns, name, self._body(), content_type, subresource=sub))
+        elif method == "DELETE":
+            self._body()  # DeleteOptions: read so the connection stays usable
+            self._send_json(200, cluster.delete(res, ns, name))
+        else:
+            raise _method_not_allowed()
+
+    def _watch(self, res: Resource, namespace: str | None, opts: ListOptions, query: dict[str, str]) -> None:
+        timeout = float(_int(query.get("timeoutSeconds"), "timeoutSeconds") or 1800)
+        events = self.server.cluster.watch(res, namespace, opts, query.get("resourceVersion", ""), timeout)
+        first = next(events, None)  # selector errors raise before the stream starts
+        self._start_stream("application/json")
+        if first is not None:
+            self._chunk(json.dumps(first).encode() + b"\n")
+        for event in events:
+            self._chunk(json.dumps(event).encode() + b"\n")
+        self._end_stream()
+
+    def _log(self, namespace: str, name: str, query: dict[str, str]) -> None:
+        cluster = self.server.cluster
+        container = query.get("container") or None
+        follow = query.get("follow", "").lower() in ("true", "1")
+        stamps = query.get("timestamps", "").lower() in ("true", "1")
+        tail = _int(query.get("tailLines"), "tailLines") if "tailLines" in query else None
+        lines, ended = cluster.log_lines(namespace, name, container)
+        if tail is not None:
+            lines = lines[-tail:] if tail else []
+        self._start_stream("text/plain")
+        sent = len(lines)
+
+        def emit(batch: list[tuple[float, str]]) -> None:
+            self._chunk(
+                "".join(f"{nano_rfc3339(t) + ' ' if stamps else ''}{line}\n" for t, line in batch).encode()
+            )
+
+        emit(lines)
+        while follow and not ended:
+            time.sleep(TICK_S)
+            try:
+                current, ended = cluster.log_lines(namespace, name, container)
+            except ApiError:
+                break  # the pod was deleted: the stream ends, as kubectl logs -f does
+            emit(current[sent:])
+            sent = len(current)
+        self._end_stream()
+
+
+def _int(text: str | None, name: str) -> int:
+    if text in (None, ""):
+        return 0
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise ApiError(400, status_body(400, "BadRequest", f"invalid value for {name}: {text!r}")) from None
+    if value < 0:
+        raise ApiError(400, status_body(400, "BadRequest", f"{name} must be non-negative"))
+    return value
+
+
+def _not_found_path(path: str) -> ApiError:
+    return ApiError(404, status_body(404, "NotFound", "the server could not find the requested resource"))
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405,
+        status_body(
+            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        ),
+    )
+
+
+def _version() -> dict[str, str]:
+    major, minor = KUBERNETES_VERSION.split(".")[:2]
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": f"v{major}.{minor}.0-fleetval-sim",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
+
+def _groups() -> dict[str, Any]:
+    groups: dict[str, list[str]] = {}
+    for res in all_resources():
+        if res.group and res.version not in groups.setdefault(res.group, []):
+            groups[res.group].append(res.version)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": group,
+                "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]},
+            }
+            for group, versions in sorted(groups.items())
+        ],
+    }
+
+
+def _resource_list(group: str, version: str) -> dict[str, Any]:
+    resources = [r for r in all_resources() if (r.group, r.version) == (group, version)]
+    if not resources:
+        raise _not_found_path(f"{group}/{version}")
+    verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": [
+            {
+                "name": r.plural,
+                "singularName": r.kind.lower(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": verbs,
+            }
+            for r in resources
+        ]
+        + [
+            {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": kind,
+                "verbs": ["get"],
+            }
+            for r in resources
+            for sub, kind in (("status", r.kind), ("log", "Pod"))
+            if sub == "status" or r.kind == "Pod"
+        ],
+    }
