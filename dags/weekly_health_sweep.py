@@ -5,6 +5,8 @@ DCGM **r2** on every *idle* GPU node (no GPU pods, not cordoned, not quarantined
 
 - Nodes are swept in **waves**; a wave never holds more than `max_fleet_fraction` of the fleet
   or `max_rack_fraction` of any rack, and waves run one at a time (blast-radius budget).
+  Each wave is a run of **`weekly_health_sweep_wave`** (task `sweep_wave` here waits for it):
+  open that run to see one `dcgm_r2` task per node, with the node's own log, state and retries.
 - A wave probes each node with one pod pinned to it that requests all its GPUs, keeps the raw
   `dcgmi diag -r 2 -j` output, judges it with the node health policy, and acts: **Fail** →
   cordon + `fleetval.io/quarantine` label + maintenance taint + r3 requested; **Warn** → flagged.
@@ -18,6 +20,7 @@ Owner: fleet-validation.
 
 from __future__ import annotations
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag
 
 from fleetval_airflow import weekly_tasks
@@ -60,8 +63,18 @@ from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
 def weekly_health_sweep() -> None:
     fv_run = weekly_tasks.start_run()
     waves = weekly_tasks.plan_waves(fv_run)
-    results = weekly_tasks.sweep_wave.partial(fv_run=fv_run).expand(wave_index=waves)
-    weekly_tasks.report_coverage(fv_run, results)
+    sweep = TriggerDagRunOperator.partial(
+        task_id="sweep_wave",
+        trigger_dag_id=weekly_tasks.WAVE_DAG_ID,
+        wait_for_completion=True,
+        deferrable=True,
+        poke_interval=5,
+        allowed_states=["success", "failed"],  # a wave's judge decides; the next wave still runs
+        reset_dag_run=True,  # a retried wave runs again (probes and node actions are idempotent)
+        fail_when_dag_is_paused=True,  # a paused wave DAG fails the sweep instead of waiting forever
+        max_active_tis_per_dagrun=1,  # waves one at a time: the diagnosis budget holds
+    ).expand_kwargs(waves)
+    sweep >> weekly_tasks.report_coverage(fv_run)
 
 
 weekly_health_sweep()

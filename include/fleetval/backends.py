@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# Labels and taints fleetval writes carry its own prefix (DESIGN.md §6).
+# Labels and taints fleetval writes carry its own prefix.
 LABEL_PREFIX = "fleetval.io/"
 MAINTENANCE_TAINT = "fleetval.io/maintenance"
 QUARANTINE_LABEL = "fleetval.io/quarantine"
@@ -27,6 +27,7 @@ class NodeInfo:
     taints: tuple[dict[str, str], ...] = ()
     unschedulable: bool = False
     gpu_pods: int = 0
+    allocatable_gpus: int | None = None  # None: every GPU allocatable (the device plugin withdrew none)
 
     @property
     def is_gpu_node(self) -> bool:

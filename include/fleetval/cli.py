@@ -1,4 +1,4 @@
-"""`fleetval` command line (contract: DESIGN.md §5).
+"""`fleetval` command line (contract: docs/design.md, "CLI").
 
 JSON on stdout; errors are one line on stderr starting `error:` and a non-zero exit. Evidence
 that cannot decide is not an error: `judge` prints an inconclusive verdict and exits 0.
@@ -89,17 +89,17 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
-    from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
     from fleetval.sim.cluster import SimCluster
     from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
-    from fleetval.suites import weekly
 
     spec = load_fleet_spec(_read(args.fleet))
     engine = make_engine(args.db)
     upgrade(engine)
+    if args.suite == "weekly":
+        return _sim_weekly(args, spec)
     cluster = SimCluster.load(engine, spec, reset=args.reset)
     store = Store(engine)
     as_of = dt.datetime.now(dt.UTC)
@@ -126,21 +126,57 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    if args.suite == "nccl":
-        return _sim_nccl(args, store, cluster, run_key)
-    run_id = weekly.run_weekly(
-        store,
-        cluster,
-        run_key=run_key,
-        fleet=spec.name,
-        diagnosis_budget=DiagnosisBudget(args.max_fleet_fraction, args.max_rack_fraction),
-        action_budget=ActionBudget(args.max_action_fraction, args.max_rack_fraction),
-        dry_run=args.dry_run,
-        as_of=as_of,
-    )
-    verdicts = store.verdicts(run_id)
-    _emit({"run_id": run_id, "run_key": run_key, "verdicts": [_verdict_json(v) for v in verdicts]})
-    return 0
+    return _sim_nccl(args, store, cluster, run_key)
+
+
+DEFER_MIN_TIME_SCALE = 0.2  # r2's 150 s × 0.2 = 30 s
+
+
+def _sim_weekly(args: argparse.Namespace, spec: Any) -> int:
+    """The weekly sweep as production runs it: the DAGs on a local Airflow, probes as pods of the
+    simulated cluster served on 127.0.0.1 for the run."""
+    import tempfile
+
+    from fleetval.sim.airflow_run import LocalAirflow
+    from fleetval.sim.kube.cluster import SimKubeCluster
+    from fleetval.sim.kube.server import KubeApiServer
+    from fleetval.store.engine import make_engine
+    from fleetval.store.repository import Store
+
+    engine = make_engine(args.db)
+    if args.reset:
+        SimKubeCluster(spec, engine).reset()
+    server = KubeApiServer(SimKubeCluster(spec, engine, time_scale=args.time_scale))
+    server.start()
+    with tempfile.TemporaryDirectory(prefix="fleetval-sim-run-") as tmp:
+        home = Path(tmp)
+        # Deferral only when a simulated r2 lasts long enough (≥ 30 s) not to race Airflow's
+        # report of the deferral itself (see LocalAirflow.deferrable_probes).
+        airflow = LocalAirflow(
+            home,
+            args.db,
+            server.write_kubeconfig(home / "kubeconfig"),
+            deferrable_probes=args.time_scale >= DEFER_MIN_TIME_SCALE,
+        )
+        try:
+            airflow.start()
+            conf = {
+                "dry_run": bool(args.dry_run),
+                "max_fleet_fraction": args.max_fleet_fraction,
+                "max_rack_fraction": args.max_rack_fraction,
+                "max_action_fraction": args.max_action_fraction,
+            }
+            run_id = airflow.trigger("weekly_health_sweep", conf)
+            state = airflow.wait_run("weekly_health_sweep", run_id)
+        finally:
+            airflow.stop()
+            server.stop()
+    store = Store(engine)
+    run_key = f"weekly_health_sweep/{run_id}"
+    fv_run = store.run_id(run_key)
+    verdicts = store.verdicts(fv_run) if fv_run is not None else []
+    _emit({"run_key": run_key, "airflow_state": state, "verdicts": [_verdict_json(v) for v in verdicts]})
+    return 0 if state == "success" else EXIT_FAILED
 
 
 def _sim_nccl(args: argparse.Namespace, store: Any, cluster: Any, run_key: str) -> int:
@@ -184,6 +220,42 @@ def _sim_nccl(args: argparse.Namespace, store: Any, cluster: Any, run_key: str) 
             "verdicts": [_verdict_json(v) for v in store.verdicts(run_id)],
         }
     )
+    return 0
+
+
+def cmd_sim_serve(args: argparse.Namespace) -> int:
+    """Serve the simulated cluster's Kubernetes API until interrupted."""
+    import signal
+    import threading
+
+    from fleetval.sim.kube.cluster import SimKubeCluster
+    from fleetval.sim.kube.server import KubeApiServer
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+
+    spec = load_fleet_spec(_read(args.fleet))
+    state_dir = Path(args.state_dir)
+    db = args.db or f"sqlite:///{(state_dir / (spec.name + '.db')).resolve()}"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(db)
+    upgrade(engine)
+    cluster = SimKubeCluster(spec, engine, time_scale=args.time_scale)
+    if args.reset:
+        cluster.reset()
+    server = KubeApiServer(cluster, port=args.port, token=args.token)
+    server.start()
+    kubeconfig = server.write_kubeconfig(Path(args.kubeconfig or state_dir / f"{spec.name}.kubeconfig"))
+    _emit({"fleet": spec.name, "server": server.url, "kubeconfig": str(kubeconfig), "db": db})
+    sys.stdout.flush()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0
 
 
@@ -256,14 +328,24 @@ def cmd_sim_inject_xid(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_criteria(_args: argparse.Namespace) -> int:
-    from fleetval.criteria import CATALOG_VERSION, CRITERIA
+def cmd_criteria(args: argparse.Namespace) -> int:
+    from fleetval.criteria import CATALOG_VERSION, CRITERIA, IMPLEMENTED_BY, criteria_markdown
+
+    if args.format == "markdown":
+        print(criteria_markdown(), end="")
+        return 0
 
     _emit(
         {
             "version": CATALOG_VERSION,
             "criteria": [
-                {"id": c.id, "layer": c.layer, "statement": c.statement, "parameters": c.parameters}
+                {
+                    "id": c.id,
+                    "layer": c.layer,
+                    "statement": c.statement,
+                    "parameters": c.parameters,
+                    "implemented_by": IMPLEMENTED_BY.get(c.id),
+                }
                 for c in CRITERIA
             ],
         }
@@ -323,7 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_sim = sub.add_parser("sim", help="the fleet simulator")
     sim_sub = p_sim.add_subparsers(dest="sim_command", required=True)
-    p_run = sim_sub.add_parser("run", help="run a suite's pipeline in-process on a simulated fleet")
+    p_run = sim_sub.add_parser(
+        "run",
+        help="run a suite on a simulated fleet (weekly: its DAGs on a local Airflow)",
+    )
     p_run.add_argument("fleet", help="fleet spec YAML")
     p_run.add_argument("--db", required=True)
     p_run.add_argument(
@@ -344,10 +429,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument("--dry-run", action="store_true", help="record node actions without applying them")
     p_run.add_argument("--reset", action="store_true", help="reset the simulated cluster state from the spec")
+    p_run.add_argument(
+        "--time-scale", type=float, default=0.0, help="weekly: simulated tool run time × this (0: instant)"
+    )
     p_run.add_argument("--max-fleet-fraction", type=float, default=0.25)
     p_run.add_argument("--max-rack-fraction", type=float, default=0.5)
     p_run.add_argument("--max-action-fraction", type=float, default=0.25)
     p_run.set_defaults(func=cmd_sim_run)
+
+    p_serve = sim_sub.add_parser("serve", help="serve the simulated fleet as a Kubernetes API on 127.0.0.1")
+    p_serve.add_argument("fleet", help="fleet spec YAML")
+    p_serve.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
+    p_serve.add_argument("--db", help="store for the cluster's state (default: sqlite in --state-dir)")
+    p_serve.add_argument(
+        "--state-dir", default=".fleetval-sim", help="where the kubeconfig and default store go"
+    )
+    p_serve.add_argument(
+        "--kubeconfig", help="write the kubeconfig here (default: STATE_DIR/FLEET.kubeconfig)"
+    )
+    p_serve.add_argument(
+        "--token", help="bearer token the server accepts (default: random, in the kubeconfig)"
+    )
+    p_serve.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.01,
+        help="simulated tool run time × this (0: instant probes; 1: as long as on real hardware)",
+    )
+    p_serve.add_argument("--reset", action="store_true", help="start from the spec, dropping saved state")
+    p_serve.set_defaults(func=cmd_sim_serve)
 
     p_load = sim_sub.add_parser("load", help="load a fleet spec into the simulated cluster")
     p_load.add_argument("fleet")
@@ -375,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.set_defaults(func=cmd_verdicts)
 
     p_crit = sub.add_parser("criteria", help="list the criteria catalog")
+    p_crit.add_argument("--format", choices=["json", "markdown"], default="json")
     p_crit.set_defaults(func=cmd_criteria)
     return parser
 

@@ -1,6 +1,7 @@
 """Turn policy actions into node operations, within the blast-radius budget, or only record them.
 
-Every operation is a node event in the store (idempotent per run, node and operation). In dry-run
+Every operation is applied to the node, then recorded as a node event in the store (idempotent
+per run, node and operation; a failed patch raises and is never recorded as done). In dry-run
 (shadow) mode nothing touches the cluster and the events say `dry_run`. A disruptive action
 past the ActionBudget is not carried out: an F-SAFE-01 alert verdict stands in its place.
 """
@@ -123,7 +124,11 @@ def apply_actions(
             taken[item.node] = item.rack
         for op in operations:
             kind, detail = _describe(op)
-            fresh = store.record_node_event(
+            # Apply, then record: the patches are idempotent, so a crash between the two repeats
+            # the patch on the rerun instead of leaving a recorded operation that never happened.
+            if not dry_run:
+                _apply(nodes, item.node, op)
+            store.record_node_event(
                 f"{run_key}/{item.node}/{kind}/{detail}",
                 node=item.node,
                 kind=kind,
@@ -133,8 +138,6 @@ def apply_actions(
                 details={"rack": item.rack, "action": item.action, "rule_id": item.rule_id, "op": list(op)},
                 at=as_of,
             )
-            if fresh and not dry_run:
-                _apply(nodes, item.node, op)
     return alerts
 
 

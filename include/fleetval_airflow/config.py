@@ -20,8 +20,11 @@ from fleetval.store.repository import Store
 
 if TYPE_CHECKING:
     from fleetval.backends import Backend
+    from fleetval.k8s.cluster import KubeCluster
+    from fleetval.settings import Settings
 
 DB_CONN_ID = "fleetval_db"
+KUBE_CONN_ID = "kubernetes_default"
 BACKENDS = ("sim", "k8s")
 
 
@@ -65,3 +68,18 @@ def backend() -> Backend:
     from fleetval_airflow.k8s_backend import KubernetesBackend
 
     return KubernetesBackend()
+
+
+def settings() -> Settings:
+    from fleetval.settings import Settings
+
+    return Settings.from_env()
+
+
+def kube() -> KubeCluster:
+    """The cluster behind the `kubernetes_default` connection (a real one, or `fleetval sim serve`)."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    from fleetval.k8s.cluster import KubeCluster
+
+    return KubeCluster(KubernetesHook(conn_id=KUBE_CONN_ID).core_v1_client, rack_label=settings().rack_label)

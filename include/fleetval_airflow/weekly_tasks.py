@@ -1,4 +1,5 @@
-"""Tasks of `weekly_health_sweep`: each pulls its context once and calls fleetval.suites.weekly."""
+"""Tasks of `weekly_health_sweep` and `weekly_health_sweep_wave`: each pulls its context once
+and calls fleetval.suites.weekly."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import get_current_context, task
 
-from fleetval_airflow.defaults import Pool
+WAVE_DAG_ID = "weekly_health_sweep_wave"
 
 # fleetval (SQLAlchemy, parsers, judges) is imported inside the tasks: the DAG processor parses
 # this module on every cycle and never runs a task.
@@ -19,25 +20,26 @@ def _run_key() -> str:
 
 @task
 def start_run() -> int:
-    """Create (or find, on a retry) the fleetval run for this DAG run."""
+    """Create (or find, on a retry) the fleetval run for this DAG run; keep its parameters."""
     from fleetval_airflow import config
 
     ctx = get_current_context()
-    params = ctx["params"]
+    params = dict(ctx["params"])
     return config.store().ensure_run(
         _run_key(),
         suite="weekly",
-        backend=config.backend_name(),
-        meta={"dry_run": bool(params["dry_run"]), "airflow_run_id": ctx["run_id"]},
+        backend="kubernetes",
+        meta={"dry_run": bool(params["dry_run"]), "airflow_run_id": ctx["run_id"], "params": params},
     )
 
 
 @task
-def plan_waves(fv_run: int) -> list[int]:
+def plan_waves(fv_run: int) -> list[dict[str, Any]]:
     """Select idle GPU nodes and split them into waves within the diagnosis budget.
 
-    The plan is kept in the fleetval run, not in XCom: only wave indexes travel, so the number
-    of mapped tasks is the number of waves, not of nodes.
+    The plan is kept in the fleetval run: a rerun of this DAG run keeps the first attempt's plan
+    (the cluster it sees has been changed by that attempt). One wave is one run of the wave DAG;
+    only its index travels, so no mapping grows with the fleet beyond max_map_length.
     """
     from airflow.sdk.configuration import conf
 
@@ -47,42 +49,78 @@ def plan_waves(fv_run: int) -> list[int]:
 
     ctx = get_current_context()
     params = ctx["params"]
-    max_map_length = conf.getint("core", "max_map_length", fallback=1024)
-    plan = weekly.plan_sweep(
-        config.backend().list_nodes(),
-        DiagnosisBudget(float(params["max_fleet_fraction"]), float(params["max_rack_fraction"])),
-        max_waves=max_map_length,
-    )
-    config.store().update_run_meta(fv_run, plan=plan.to_json())
-    return list(range(len(plan.waves)))
+    store = config.store()
+    meta = store.run_meta(fv_run)
+    if "plan" in meta:
+        plan = weekly.SweepPlan.from_json(meta["plan"])
+    else:
+        max_map_length = conf.getint("core", "max_map_length", fallback=1024)
+        plan = weekly.plan_sweep(
+            config.kube().list_nodes(),
+            DiagnosisBudget(float(params["max_fleet_fraction"]), float(params["max_rack_fraction"])),
+            max_waves=max_map_length,
+            max_wave_size=max_map_length,
+        )
+        store.update_run_meta(
+            fv_run, plan=plan.to_json(), run_key=_run_key(), image=config.settings().dcgm_image
+        )
+    return [
+        {"trigger_run_id": f"{ctx['run_id']}__wave{i:04d}", "conf": {"fv_run": fv_run, "wave": i}}
+        for i in range(len(plan.waves))
+    ]
 
 
-@task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=1)
-def sweep_wave(fv_run: int, wave_index: int) -> dict[str, Any]:
-    """DCGM r2 on one wave: probe, store raw, judge, store verdicts, act. Waves run one at a time."""
+@task
+def wave_probes() -> list[dict[str, Any]]:
+    """The wave's probes, one per node: the arguments of each mapped probe pod task."""
+    from fleetval.suites import weekly
+    from fleetval_airflow import config
+
+    fv_run, wave = _wave_conf()
+    meta = config.store().run_meta(fv_run)
+    plan = weekly.SweepPlan.from_json(meta["plan"])
+    specs = weekly.wave_probes(plan, wave, run_key=meta["run_key"], image=meta.get("image"))
+    return [{"probe": spec.to_json(), "fv_run": fv_run} for spec in specs]
+
+
+@task(trigger_rule="all_done")
+def judge_wave() -> dict[str, Any]:
+    """Judge the wave's stored raw outputs, store verdicts, act within the action budget."""
     from fleetval.policy.blast_radius import ActionBudget
     from fleetval.suites import weekly
     from fleetval_airflow import config
 
     ctx = get_current_context()
-    params = ctx["params"]
+    fv_run, wave = _wave_conf()
     store = config.store()
-    plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
-    return weekly.sweep_wave(
+    meta = store.run_meta(fv_run)
+    params = meta["params"]
+    return weekly.judge_wave(
         store,
-        config.backend(),
+        config.kube(),
         run_id=fv_run,
-        run_key=_run_key(),
-        plan=plan,
-        wave=plan.waves[wave_index],
+        run_key=meta["run_key"],
+        plan=weekly.SweepPlan.from_json(meta["plan"]),
+        wave_index=wave,
         action_budget=ActionBudget(float(params["max_action_fraction"]), float(params["max_rack_fraction"])),
         dry_run=bool(params["dry_run"]),
         as_of=ctx["dag_run"].run_after,
+        image=meta.get("image"),
     )
 
 
+def _wave_conf() -> tuple[int, int]:
+    conf = get_current_context()["dag_run"].conf or {}
+    try:
+        return int(conf["fv_run"]), int(conf["wave"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            f"{WAVE_DAG_ID} is started by weekly_health_sweep with conf {{fv_run, wave}}, got {conf!r}"
+        ) from None
+
+
 @task(trigger_rule="all_done")
-def report_coverage(fv_run: int, wave_results: list[dict[str, Any]]) -> dict[str, Any]:
+def report_coverage(fv_run: int) -> dict[str, Any]:
     """D-DEV-03 coverage for the fleet, and the run's verdict counts."""
     from fleetval.suites import weekly
     from fleetval_airflow import config
@@ -90,11 +128,11 @@ def report_coverage(fv_run: int, wave_results: list[dict[str, Any]]) -> dict[str
     ctx = get_current_context()
     store = config.store()
     plan = weekly.SweepPlan.from_json(store.run_meta(fv_run)["plan"])
-    swept = store.probed_nodes(fv_run)
+    swept = store.probed_nodes(fv_run, completed_only=True)
     verdict = weekly.coverage_verdict(plan, swept, as_of=ctx["dag_run"].run_after)
     store.add_verdicts(fv_run, [verdict])
     store.finish_run(fv_run)
     counts: dict[str, int] = {}
     for row in store.verdicts(fv_run):
         counts[row["result"]] = counts.get(row["result"], 0) + 1
-    return {"coverage": verdict.result.value, "verdicts": counts, "waves": len(list(wave_results))}
+    return {"coverage": verdict.result.value, "verdicts": counts, "waves": len(plan.waves)}

@@ -11,7 +11,13 @@ import pytest
 
 from tests.paths import DAGS, KNOWN_POOLS, ROOT
 
-EXPECTED_DAGS = {"weekly_health_sweep", "xid_remediation", "post_upgrade_nccl_sweep", "baseline_backfill"}
+EXPECTED_DAGS = {
+    "weekly_health_sweep",
+    "weekly_health_sweep_wave",
+    "xid_remediation",
+    "post_upgrade_nccl_sweep",
+    "baseline_backfill",
+}
 ALLOWED_TAGS = {
     "layer:device",
     "layer:network",
@@ -49,16 +55,34 @@ def test_pools_are_declared(dagbag: Any) -> None:
 def test_weekly_sweep_shape(dagbag: Any) -> None:
     dag = dagbag.dags["weekly_health_sweep"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "start_run": ["plan_waves", "report_coverage", "sweep_wave"],
+        "start_run": ["plan_waves", "report_coverage"],
         "plan_waves": ["sweep_wave"],
         "sweep_wave": ["report_coverage"],
         "report_coverage": [],
     }
     wave = dag.get_task("sweep_wave")
-    assert wave.partial_kwargs["pool"] == "fleetval_node_diagnosis"
     assert wave.partial_kwargs["max_active_tis_per_dagrun"] == 1  # waves run one at a time
+    assert wave.partial_kwargs["trigger_dag_id"] == "weekly_health_sweep_wave"
+    assert wave.partial_kwargs["wait_for_completion"] is True
     assert dag.max_active_runs == 1
     assert dag.schedule == "0 3 * * 0"
+
+
+def test_wave_is_one_probe_pod_task_per_node(dagbag: Any) -> None:
+    from fleetval_airflow.probe_pod import ProbePodOperator
+
+    dag = dagbag.dags["weekly_health_sweep_wave"]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "wave_probes": ["dcgm_r2"],
+        "dcgm_r2": ["judge_wave"],
+        "judge_wave": [],
+    }
+    probe = dag.get_task("dcgm_r2")
+    assert issubclass(probe.operator_class, ProbePodOperator)
+    assert probe.partial_kwargs["pool"] == "fleetval_node_diagnosis"
+    assert "deferrable" not in probe.partial_kwargs  # the operator defers unless the deployment says not
+    assert dag.get_task("judge_wave").trigger_rule == "all_done"
+    assert dag.schedule is None and dag.is_paused_upon_creation is False
 
 
 def test_weekly_sweep_params_reject_bad_input(dagbag: Any) -> None:

@@ -26,7 +26,9 @@ def test_nccl_probe_spec() -> None:
     spec = nccl_probe(["r01-n01"], gpus_per_node=8, repeat=2, run_key="k", profile="p", scope="intra-8")
     assert spec.probe_key == "k/nccl-intra/r01-n01/r2" and spec.node == "r01-n01" and spec.tool == "nccl"
     assert spec.params["argv"] == ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
-    assert spec.args == ("all_reduce_perf -b 8 -e 8G -f 2 -g 8; exit 0",)
+    # By its path in the image (not on its PATH), and no `; exit 0` hiding a missing binary.
+    assert spec.args == ("exec /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8",)
+    assert 127 not in spec.reported_exit_codes
     assert spec.env == {"NCCL_DEBUG": "INFO"} and spec.gpus == 8
     assert spec.image == NCCL_TESTS_IMAGE and ":latest" not in spec.image
     assert (spec.params["profile"], spec.params["scope"], spec.params["repeat"]) == ("p", "intra-8", 2)
@@ -51,8 +53,14 @@ def test_single_node_probe_is_a_pinned_pod() -> None:
     assert manifest["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "r01-n01"}
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert container["command"] == ["/bin/bash", "-c"]
-    assert container["args"] == ["all_reduce_perf -b 8 -e 8G -f 2 -g 8; exit 0"]
+    assert container["args"] == ["exec /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8"]
     assert {"name": "NCCL_DEBUG", "value": "INFO"} in container["env"]
+    # A memory-backed /dev/shm larger than the runtime's 64 MiB, and no SYS_ADMIN.
+    [shm] = [v for v in manifest["spec"]["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert "SYS_ADMIN" not in (container["securityContext"]["capabilities"].get("add") or [])
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 def _as_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
@@ -99,8 +107,8 @@ def test_mpijob_manifest_is_a_kueue_gang_with_one_pinned_worker_per_node() -> No
     [lc] = launcher["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in (lc["resources"].get("limits") or {})
     script = lc["args"][0]
-    assert script.startswith("mpirun --allow-run-as-root -np 3 --map-by ppr:1:node")
-    assert "-x NCCL_DEBUG all_reduce_perf -b 8 -e 8G -f 2 -g 8; exit 0" in script
+    assert script.startswith("exec mpirun --allow-run-as-root -np 3 --map-by ppr:1:node")
+    assert script.endswith("-x NCCL_DEBUG /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8")
 
     # no CRD schema for MPIJob: the pod templates are validated as Pods
     for role, replica in replicas.items():

@@ -1,59 +1,90 @@
-"""End to end: the weekly_health_sweep DAG runs with dag.test() on the simulated demo fleet, the
-verdict store on the real PostgreSQL. Every injected DCGM fault is caught by the right criterion
-on the right node and GPU; healthy nodes pass; a rerun adds no duplicate verdicts."""
+"""End to end, on the one real path: `weekly_health_sweep` on a running Airflow 3 (LocalExecutor),
+its waves as runs of `weekly_health_sweep_wave` with one KubernetesPodOperator task per node, the
+pods run by the simulated cluster (`fleetval sim serve`), verdicts in the real PostgreSQL.
+
+Every injected DCGM fault is caught by the right criterion on the right node and GPU; healthy
+nodes pass; a busy node and a node whose GPU the device plugin withdrew are not swept, and say
+why; failed nodes are cordoned, labelled and tainted on the cluster; a rerun of the same sweep
+keeps its plan and adds nothing."""
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from typing import Any
 
-import pytest
-
-from fleetval.sim.cluster import SimCluster
+from fleetval.sim.cluster import gpu_uuid
+from fleetval.sim.spec import load_fleet_spec
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
-from fleetval.store.repository import Store
-from tests.paths import ROOT
+from tests.paths import DEMO_FLEET
 
-DEMO = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
 DCGM_FAULTS = {
     "r01-n03": ("fail", "5"),
     "r01-n07": ("fail", "1"),
     "r02-n02": ("fail", "0"),
     "r02-n05": ("warn", "3"),
 }
+SEED = load_fleet_spec(DEMO_FLEET.read_text()).seed
+NOT_SWEPT = {"r01-n01", "r02-n08"}  # busy; Xid 79 withdrew a GPU
 
 
-@pytest.fixture
-def sim_fleet(sim_demo: tuple[Store, SimCluster]) -> tuple[Store, SimCluster]:
-    _store, cluster = sim_demo
-    cluster.set_gpu_pods("r01-n01", 2)  # a busy node: not idle, so not swept
-    return sim_demo
+def busy(kube: Any, node: str, gpus: int) -> None:
+    body = {
+        "metadata": {"name": f"training-{node}"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "busybox:1.36",
+                    "command": ["/bin/sh", "-c", "sleep infinity"],
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+    core = kube.core
+    core.create_namespaced_pod("default", body)
+    for _ in range(100):
+        if core.read_namespaced_pod(f"training-{node}", "default").status.phase == "Running":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the workload pod did not start")
 
 
-def _run(dagbag: Any, conf: dict[str, Any]) -> Any:
-    dag = dagbag.dags["weekly_health_sweep"]
-    return dag.test(run_conf=conf)
+def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
+    env = e2e(DEMO_FLEET)
+    kube, airflow = env.kube, env.airflow
+    busy(kube, "r01-n01", 2)
+    conf = {
+        "max_fleet_fraction": 0.25,
+        "max_rack_fraction": 0.5,
+        "max_action_fraction": 0.25,
+        "dry_run": False,
+    }
+    run_id = airflow.trigger("weekly_health_sweep", conf)
+    assert airflow.wait_run("weekly_health_sweep", run_id) == "success"
 
-
-def test_weekly_sweep_catches_every_dcgm_fault(
-    airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]
-) -> None:
-    store, cluster = sim_fleet
-    dag_run = _run(
-        dagbag, {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "max_action_fraction": 0.25}
-    )
-    assert dag_run.state == "success"
-
+    # One wave run per wave, one probe task per node in it, named by the node.
+    waves = [r for r in airflow.runs("weekly_health_sweep_wave") if r["dag_run_id"].startswith(run_id)]
+    assert len(waves) == 4  # 14 idle nodes, at most 4 (25 % of 16) under diagnosis at once
+    probed = {
+        ti["rendered_map_index"]
+        for wave in waves
+        for ti in airflow.task_states("weekly_health_sweep_wave", wave["dag_run_id"])
+        if ti["task_id"] == "dcgm_r2"
+    }
+    store = kube.store
     rows = store.verdicts()
+    nodes = {n.metadata.name for n in kube.core.list_node().items}
+    swept = nodes - NOT_SWEPT
+    assert probed == swept
+
     node_verdicts = {
         r["subject"]: r for r in rows if r["criterion"] == "D-DEV-03" and r["subject"] != "cluster"
     }
-    assert "r01-n01" not in node_verdicts  # busy
-    swept = {n.name for n in cluster.list_nodes()} - {"r01-n01"}
     assert set(node_verdicts) == swept
     for node, verdict in node_verdicts.items():
-        expected = DCGM_FAULTS.get(node, ("pass", None))[0]
-        assert verdict["result"] == expected, node
+        assert verdict["result"] == DCGM_FAULTS.get(node, ("pass", None))[0], node
 
     gpu_records = [r for r in rows if r["criterion"] == "D-DEV-04"]
     assert len(gpu_records) == 8 * len(swept)
@@ -63,65 +94,60 @@ def test_weekly_sweep_catches_every_dcgm_fault(
         if r["result"] != "pass"
     }
     assert bad == {(n, gpu): result for n, (result, gpu) in DCGM_FAULTS.items()}
-    for r in gpu_records:
-        assert r["subject"] == cluster.gpu_uuids(r["evidence"]["node"])[int(r["evidence"]["gpu_index"])]
-        assert r["evidence"]["level"] == 2
+    for r in gpu_records:  # GPUs are named by the UUIDs the probe's nvidia-smi -L listed
+        assert r["subject"] == gpu_uuid(SEED, r["evidence"]["node"], int(r["evidence"]["gpu_index"]))
 
     coverage = next(r for r in rows if r["subject"] == "cluster")
     assert coverage["result"] == "pass"
-    assert coverage["evidence"]["skipped_by_reason"] == {"busy (2 GPU pods)": 1}
+    assert coverage["evidence"]["skipped_by_reason"] == {
+        "busy (1 GPU pods)": 1,
+        "GPU withdrawn by the device plugin": 1,
+    }
 
-    # The failed nodes are cordoned, labelled and tainted; the warned one only flagged.
-    nodes = {n.name: n for n in cluster.list_nodes()}
+    # Failed nodes are cordoned, labelled and tainted on the cluster; the warned one only flagged.
     for node, (result, _) in DCGM_FAULTS.items():
-        assert nodes[node].unschedulable is (result == "fail"), node
-        assert (nodes[node].labels.get("fleetval.io/quarantine") == "dcgm-r2-fail") is (result == "fail")
-    assert nodes["r02-n05"].labels["fleetval.io/health"] == "warn"
-    assert not nodes["r02-n08"].unschedulable  # an Xid fault is not a DCGM r2 finding
-
-    # Raw output is kept for every probe, so any verdict can be re-judged.
+        obj = kube.node(node)
+        failed = result == "fail"
+        assert bool(obj.spec.unschedulable) is failed, node
+        assert (obj.metadata.labels.get("fleetval.io/quarantine") == "dcgm-r2-fail") is failed
+        assert any(t.key == "fleetval.io/maintenance" for t in obj.spec.taints or []) is failed
+    assert kube.node("r02-n05").metadata.labels["fleetval.io/health"] == "warn"
+    # Probe pods that succeeded are gone; the DCGM findings (exit 226) were reported, not kept.
+    assert (
+        kube.core.list_namespaced_pod("fleetval", label_selector="app.kubernetes.io/part-of=fleetval").items
+        == []
+    )
     assert store.count(Probe) == len(swept)
 
-    # A retry of the whole sweep under the same run key adds nothing.
+    # Clearing the sweep and running it again keeps the first attempt's plan (the cordoned nodes
+    # are still in it) and adds no verdict, probe or node event.
     counts = (store.count(VerdictRow), store.count(Probe), store.count(NodeEvent))
-    from fleetval.policy.blast_radius import ActionBudget
-    from fleetval.suites import weekly
-
-    run = next(r for r in rows if r["subject"] == "cluster")["run_id"]
-    run_key = store.engine.connect().exec_driver_sql(f"SELECT run_key FROM runs WHERE id={run}").scalar_one()
-    cluster.uncordon("r01-n03")  # state changed since; the run key still identifies the same sweep
-    plan = weekly.SweepPlan.from_json(store.run_meta(run)["plan"])
-    for wave in plan.waves:
-        weekly.sweep_wave(
-            store,
-            cluster,
-            run_id=run,
-            run_key=run_key,
-            plan=plan,
-            wave=wave,
-            action_budget=ActionBudget(0.25, 0.5),
-            dry_run=False,
-            as_of=dt.datetime.now(dt.UTC),
-        )
-    assert (store.count(VerdictRow), store.count(Probe), store.count(NodeEvent)) == counts
-
-
-def test_dry_run_and_circuit_breaker(
-    airflow_db: None, dagbag: Any, sim_fleet: tuple[Store, SimCluster]
-) -> None:
-    store, cluster = sim_fleet
-    # Three r2 failures but room to cordon one node (1/16 of the fleet): two alerts instead.
-    dag_run = _run(
-        dagbag,
-        {
-            "dry_run": True,
-            "max_fleet_fraction": 0.25,
-            "max_rack_fraction": 0.5,
-            "max_action_fraction": 0.0625,
-        },
+    airflow.call(
+        "POST",
+        "/api/v2/dags/weekly_health_sweep/clearTaskInstances",
+        {"dag_run_id": run_id, "dry_run": False, "only_failed": False, "reset_dag_runs": True},
     )
-    assert dag_run.state == "success"
-    assert not any(n.unschedulable for n in cluster.list_nodes())  # dry run: nothing touched
+    assert airflow.wait_run("weekly_health_sweep", run_id) == "success"
+    assert (store.count(VerdictRow), store.count(Probe), store.count(NodeEvent)) == counts
+    coverage = next(r for r in store.verdicts() if r["subject"] == "cluster")
+    assert coverage["reason"] == f"{len(swept)} of {len(swept)} idle GPU nodes swept"
+
+
+def test_dry_run_and_circuit_breaker(e2e: Any) -> None:
+    env = e2e(DEMO_FLEET)
+    kube, airflow = env.kube, env.airflow
+    # Three r2 failures but room to cordon one node (1/16 of the fleet): two alerts instead.
+    conf = {
+        "max_fleet_fraction": 0.25,
+        "max_rack_fraction": 0.5,
+        "max_action_fraction": 0.0625,
+        "dry_run": True,
+    }
+    run_id = airflow.trigger("weekly_health_sweep", conf)
+    assert airflow.wait_run("weekly_health_sweep", run_id) == "success"
+    assert not any(n.spec.unschedulable for n in kube.core.list_node().items)  # dry run: nothing touched
+    assert not any(n.spec.taints for n in kube.core.list_node().items)
+    store = kube.store
     events = store.node_events()
     assert events and all(e["dry_run"] for e in events)
     assert len({e["node"] for e in events if e["kind"] == "cordon"}) == 1

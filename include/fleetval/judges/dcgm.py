@@ -37,8 +37,15 @@ class DcgmJudgement:
         }
 
 
-def classify(report: DcgmReport | ParseError, gate: str) -> str:
-    """The policy outcome a report stands for at `gate` (see the policy module)."""
+def reported_gpus(report: DcgmReport) -> set[str]:
+    return {gpu for test in report.tests for gpu in test.gpus}
+
+
+def classify(report: DcgmReport | ParseError, gate: str, expected_gpus: int | None = None) -> str:
+    """The policy outcome a report stands for at `gate` (see the policy module).
+
+    A report that covers fewer GPUs than the node has (`expected_gpus`) is no evidence for the
+    GPUs it left out: it can fail the node, never pass it."""
     if isinstance(report, ParseError):
         return "no_evidence"
     ran = [t for t in report.tests if t.result != "skip"]
@@ -51,6 +58,8 @@ def classify(report: DcgmReport | ParseError, gate: str) -> str:
         return "internal_error"
     if failed:
         return "fail"
+    if expected_gpus is not None and len(reported_gpus(report)) < expected_gpus:
+        return "no_evidence"
     if any(t.result == "warn" for t in ran):
         return "warn"
     return "pass"
@@ -63,15 +72,17 @@ def judge_dcgm(
     node: str,
     gpu_uuids: Mapping[str, str] | None = None,
     level: int | None = None,
+    expected_gpus: int | None = None,
 ) -> DcgmJudgement:
     """Decide `node`'s fate at `gate` from its DCGM report.
 
     `gpu_uuids` (index → UUID) names GPUs when the report does not; `level` is the level the
-    probe asked for, used when the report does not say.
+    probe asked for, used when the report does not say; `expected_gpus` is the node's GPU
+    count (capacity), so a report on fewer GPUs cannot pass the node.
     """
     if gate not in node_health.GATES:
         raise ValueError(f"unknown gate {gate!r}; expected one of {node_health.GATES}")
-    outcome = classify(report, gate)
+    outcome = classify(report, gate, expected_gpus)
     rule = node_health.lookup(gate, outcome)
     against = {"policy_version": node_health.NODE_HEALTH_POLICY_VERSION, "gate": gate}
     criterion = node_health.GATE_CRITERION[gate]
@@ -102,6 +113,8 @@ def judge_dcgm(
         "driver_version": report.driver_version,
         "findings": failing,
         "tests_run": len([t for t in report.tests if t.result != "skip"]),
+        "gpus_reported": len(reported_gpus(report)),
+        "gpus_expected": expected_gpus,
     }
     verdicts = [
         Verdict(criterion, node, rule.result, rule.action, rule.rule_id, rule.reason, evidence, against)

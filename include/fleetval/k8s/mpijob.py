@@ -21,7 +21,7 @@ import shlex
 from typing import Any, Final
 
 from fleetval.backends import MAINTENANCE_TAINT
-from fleetval.k8s.specs import NAMESPACE, ProbeSpec
+from fleetval.k8s.specs import NAMESPACE, NCCL_TESTS_BIN, ProbeSpec
 
 GROUP: Final = "kubeflow.org"
 VERSION: Final = "v2beta1"
@@ -48,7 +48,9 @@ def probe_nodes(spec: ProbeSpec) -> list[str]:
 
 
 def launcher_script(spec: ProbeSpec) -> str:
-    """mpirun over one slot per worker; exits 0 whatever nccl-tests found (the output decides)."""
+    """`exec mpirun` over one slot per worker, running the nccl-tests binary by its path in the
+    image; the launcher's exit code is mpirun's (the probe's reported exit codes say which ones
+    mean nccl-tests ran and reported)."""
     argv = [str(a) for a in spec.params.get("argv") or ()]
     if not argv:
         raise ValueError(f"probe {spec.probe_key!r} has no params.argv to run under mpirun")
@@ -64,7 +66,8 @@ def launcher_script(spec: ProbeSpec) -> str:
     ]
     for key in sorted(spec.env):
         mpirun += ["-x", key]
-    return f"{shlex.join(mpirun + argv)}; exit 0"
+    binary = argv[0] if argv[0].startswith("/") else f"{NCCL_TESTS_BIN}/{argv[0]}"
+    return f"exec {shlex.join([*mpirun, binary, *argv[1:]])}"
 
 
 def _tolerations() -> list[dict[str, str]]:

@@ -41,14 +41,18 @@ def plan_waves(
     rack_sizes: Mapping[str, int],
     budget: DiagnosisBudget,
     max_waves: int | None = None,
+    max_wave_size: int | None = None,
 ) -> list[list[str]]:
     """Split `nodes` into waves that respect `budget`; linear in the number of nodes.
 
     Fractions are of the whole fleet and whole rack (not just of the nodes being probed). Nodes
     are taken round-robin across racks so every wave spreads over racks. Raises SpecError when
-    more than `max_waves` waves would be needed (e.g. Airflow's max_map_length).
+    more than `max_waves` waves would be needed. `max_wave_size` caps a wave further: a wave's
+    nodes are one mapped task each, so a wave never exceeds Airflow's max_map_length.
     """
     fleet_cap = max(1, math.floor(fleet_size * budget.max_fleet_fraction))
+    if max_wave_size is not None:
+        fleet_cap = max(1, min(fleet_cap, max_wave_size))
     rack_cap = {
         rack: max(1, math.floor(size * budget.max_rack_fraction)) for rack, size in rack_sizes.items()
     }

@@ -1,4 +1,4 @@
-"""The node health policy under test (MISSION.md D-DEV-01/02/03), as a decision table.
+"""The node health policy under test (criteria D-DEV-01/02/03), as a decision table.
 
 Rows are keyed by (gate, DCGM outcome); the first matching row decides the result and the
 action. Outcomes are derived from a parsed report by `fleetval.judges.dcgm.classify`:
@@ -9,7 +9,8 @@ action. Outcomes are derived from a parsed report by `fleetval.judges.dcgm.class
   it never passes and never quarantines: the node is held (not admitted / left cordoned) and r2
   is re-run. A second internal error in a row is for a human (the action says so).
 - `level_too_low`: the report is from a lower run level than the gate requires.
-- `no_evidence`: every test skipped, or the output could not be parsed (truncated, garbage).
+- `no_evidence`: every test skipped, the output could not be parsed (truncated, garbage), or
+  the report left out GPUs the node has (a withdrawn GPU is never passed).
 """
 
 from __future__ import annotations

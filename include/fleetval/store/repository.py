@@ -174,6 +174,11 @@ class Store:
             conn.execute(stmt.on_conflict_do_nothing(index_elements=["run_key"]))
             return int(conn.execute(select(Run.id).where(Run.run_key == run_key)).scalar_one())
 
+    def run_id(self, run_key: str) -> int | None:
+        with self.engine.connect() as conn:
+            found = conn.execute(select(Run.id).where(Run.run_key == run_key)).scalar_one_or_none()
+        return int(found) if found is not None else None
+
     def update_run_meta(self, run_id: int, **meta: Any) -> None:
         with self.engine.begin() as conn:
             current = conn.execute(select(Run.meta).where(Run.id == run_id)).scalar_one()
@@ -237,18 +242,29 @@ class Store:
             self._upsert_verdicts(conn, rows)
             return len(rows)
 
-    def probes(self, run_id: int, probe_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        query = select(*Probe.__table__.c).where(Probe.run_id == run_id).order_by(Probe.id)
+    def probes(
+        self, run_id: int, probe_keys: Sequence[str] | None = None, *, with_raw: bool = True
+    ) -> list[dict[str, Any]]:
+        columns = [c for c in Probe.__table__.c if with_raw or c.name != "raw"]
+        query = select(*columns).where(Probe.run_id == run_id).order_by(Probe.id)
         if probe_keys is not None:
             query = query.where(Probe.probe_key.in_(list(probe_keys)))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
-    def probed_nodes(self, run_id: int) -> list[str]:
-        """Nodes with a stored probe in this run (without loading raw outputs)."""
+    def probed_nodes(self, run_id: int, *, completed_only: bool = False) -> list[str]:
+        """Nodes with a stored probe in this run (without loading raw outputs); `completed_only`
+        leaves out probes that stand for a harness failure."""
         with self.engine.connect() as conn:
-            rows = conn.execute(select(Probe.nodes).where(Probe.run_id == run_id))
-            return sorted({node for (nodes,) in rows for node in nodes})
+            rows = conn.execute(select(Probe.nodes, Probe.spec).where(Probe.run_id == run_id))
+            return sorted(
+                {
+                    node
+                    for nodes, spec in rows
+                    if not (completed_only and (spec or {}).get("harness_error"))
+                    for node in nodes
+                }
+            )
 
     def add_verdicts(
         self,

@@ -7,6 +7,7 @@ inputs so an Airflow task and `fleetval sim run` call the same code.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from fleetval.errors import ParseError
 from fleetval.judges.dcgm import judge_dcgm
 from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
 from fleetval.parsers.dcgm import DcgmReport, parse_dcgm
+from fleetval.parsers.nvidia_smi import split_gpu_list
 from fleetval.policy import node_health as nh
 from fleetval.records import Result, Verdict
 from fleetval.remediation import PlannedAction
@@ -46,6 +48,29 @@ def dcgm_specs(nodes: Sequence[NodeInfo], *, level: int, run_key: str) -> list[P
     return [dcgm_diag_probe(n.name, level=level, gpus=n.gpus, run_key=run_key) for n in nodes]
 
 
+def probe_output(
+    spec: ProbeSpec,
+    raw: str,
+    *,
+    exit_code: int | None,
+    error: str | None,
+    finished_at: float,
+    started_at: float | None = None,
+) -> ProbeOutput:
+    """What a probe left: its raw output, exit code, and the harness failure if there was one."""
+    return ProbeOutput(
+        spec.probe_key,
+        spec.node,
+        spec.tool,
+        raw,
+        exit_code,
+        finished_at if started_at is None else started_at,
+        finished_at,
+        error=error,
+        spec=spec.to_json(),
+    )
+
+
 def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput]) -> list[str]:
     """Keep raw output verbatim before anything parses it; harness errors are kept too.
 
@@ -68,6 +93,29 @@ def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput
         ],
     )
     return [o.probe_key for o in outputs]
+
+
+def record_missing_probes(store: Store, run_id: int, specs: Sequence[ProbeSpec]) -> list[str]:
+    """Store a harness error for every probe that left nothing in the store (its task failed
+    before the pod completed, e.g. a pod that never started); returns their nodes."""
+    stored = {p["probe_key"] for p in store.probes(run_id, [s.probe_key for s in specs], with_raw=False)}
+    missing = [s for s in specs if s.probe_key not in stored]
+    now = time.time()
+    store_probe_outputs(
+        store,
+        run_id,
+        [
+            probe_output(
+                s,
+                "",
+                exit_code=None,
+                error="the probe task ended without the pod completing",
+                finished_at=now,
+            )
+            for s in missing
+        ],
+    )
+    return [s.node for s in missing]
 
 
 def judge_stored_dcgm(
@@ -100,12 +148,22 @@ def judge_stored_dcgm(
             decisions.append(NodeDecision(node, Result.ERROR, nh.RERUN, verdict.rule_id, verdict.reason))
             continue
         report: DcgmReport | ParseError
+        listed: dict[str, str] = {}
         try:
-            report = parse_dcgm(probe["raw"])
+            listed, text = split_gpu_list(probe["raw"])
+            report = parse_dcgm(text)
         except ParseError as exc:
             report = exc
-        uuids = {str(i): u for i, u in enumerate(gpu_uuids(node))} if gpu_uuids else None
-        judgement = judge_dcgm(report, gate=gate, node=node, gpu_uuids=uuids, level=level)
+        uuids = {str(i): u for i, u in enumerate(gpu_uuids(node))} if gpu_uuids else {}
+        expected = (probe["spec"] or {}).get("gpus")
+        judgement = judge_dcgm(
+            report,
+            gate=gate,
+            node=node,
+            gpu_uuids={**uuids, **listed},
+            level=level,
+            expected_gpus=int(expected) if expected else None,
+        )
         results.append((probe["probe_key"], dcgm_measurements(node, report, level), judgement.verdicts, node))
         decisions.append(
             NodeDecision(

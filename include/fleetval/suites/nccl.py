@@ -1,4 +1,4 @@
-"""Network-layer suite (MISSION.md layer 4): NCCL sweeps judged against measured baselines, fault
+"""Network-layer suite (layer 4, communication): NCCL sweeps judged against measured baselines, fault
 isolation, the post-upgrade gate, and baseline establishment.
 
 probe → raw stored → parse → judge → verdicts stored → gate → act, as in the device suite:

@@ -2,8 +2,10 @@
 waves that respect the diagnosis budget; failures are cordoned and quarantined within the action
 budget; a coverage verdict says which nodes were not swept and why.
 
-Used by the `weekly_health_sweep` DAG (one task per step, one mapped task per wave) and by
-`fleetval sim run --suite weekly` (the same steps in-process).
+The `weekly_health_sweep` DAG is the only sequencing of these steps: it plans the waves once
+per run (a rerun keeps the first attempt's plan), and each wave is a run of
+`weekly_health_sweep_wave`, one probe pod task per node, then one judge step for the wave.
+`fleetval sim run --suite weekly` runs the same DAGs against the simulated cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleetval.backends import Backend, NodeInfo
+from fleetval.backends import NodeActions, NodeInfo
+from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
 from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget, plan_waves
 from fleetval.records import Result, Verdict
 from fleetval.remediation import apply_actions
@@ -66,42 +69,66 @@ def why_not_idle(node: NodeInfo) -> str | None:
         return "cordoned"
     if node.gpu_pods:
         return f"busy ({node.gpu_pods} GPU pods)"
+    if node.allocatable_gpus is not None and node.allocatable_gpus < node.gpus:
+        # A probe asks for every GPU; with one withdrawn (an Xid) it could never be scheduled.
+        return "GPU withdrawn by the device plugin"
     return None
 
 
-def plan_sweep(nodes: Sequence[NodeInfo], budget: DiagnosisBudget, *, max_waves: int) -> SweepPlan:
+def plan_sweep(
+    nodes: Sequence[NodeInfo], budget: DiagnosisBudget, *, max_waves: int, max_wave_size: int | None = None
+) -> SweepPlan:
+    """Idle GPU nodes in waves within `budget`; a wave holds at most `max_wave_size` nodes (one
+    mapped probe task each) and there are at most `max_waves` waves (one mapped trigger each)."""
     gpu_nodes = [n for n in nodes if n.is_gpu_node]
     skipped = {n.name: reason for n in nodes if (reason := why_not_idle(n)) is not None}
     idle = [n.name for n in gpu_nodes if n.name not in skipped]
     rack_of = {n.name: n.rack for n in gpu_nodes}
     rack_sizes = dict(Counter(n.rack for n in gpu_nodes))
     waves = plan_waves(
-        idle, rack_of, fleet_size=len(gpu_nodes), rack_sizes=rack_sizes, budget=budget, max_waves=max_waves
+        idle,
+        rack_of,
+        fleet_size=len(gpu_nodes),
+        rack_sizes=rack_sizes,
+        budget=budget,
+        max_waves=max_waves,
+        max_wave_size=max_wave_size,
     )
     return SweepPlan(waves, skipped, rack_of, len(gpu_nodes), rack_sizes, {n.name: n.gpus for n in gpu_nodes})
 
 
-def sweep_wave(
+def wave_probes(
+    plan: SweepPlan, wave_index: int, *, run_key: str, image: str | None = None
+) -> list[ProbeSpec]:
+    """One DCGM r2 probe per node of the wave, each requesting all the node's GPUs (capacity)."""
+    extra = {"image": image} if image else {}
+    return [
+        dcgm_diag_probe(node, level=LEVEL, gpus=plan.gpus[node], run_key=run_key, **extra)
+        for node in plan.waves[wave_index]
+    ]
+
+
+def judge_wave(
     store: Store,
-    backend: Backend,
+    nodes: NodeActions,
     *,
     run_id: int,
     run_key: str,
     plan: SweepPlan,
-    wave: Sequence[str],
+    wave_index: int,
     action_budget: ActionBudget,
     dry_run: bool,
     as_of: dt.datetime,
+    image: str | None = None,
 ) -> dict[str, Any]:
-    """Probe one wave, store raw output, judge, store verdicts, act. Returns a summary."""
-    infos = [NodeInfo(name=n, rack=plan.rack_of[n], profile="", gpus=plan.gpus[n]) for n in wave]
-    outputs = backend.run_probes(device.dcgm_specs(infos, level=LEVEL, run_key=run_key))
-    keys = device.store_probe_outputs(store, run_id, outputs)
-    uuids = getattr(backend, "gpu_uuids", None)
-    decisions = device.judge_stored_dcgm(store, run_id, keys, gate=GATE, level=LEVEL, gpu_uuids=uuids)
+    """Judge the wave's stored probes, store verdicts, act. A node whose probe never stored its
+    output (its task failed before the pod completed) gets an `error` verdict, never a pass."""
+    specs = wave_probes(plan, wave_index, run_key=run_key, image=image)
+    device.record_missing_probes(store, run_id, specs)
+    decisions = device.judge_stored_dcgm(store, run_id, [s.probe_key for s in specs], gate=GATE, level=LEVEL)
     alerts = apply_actions(
         device.planned_actions(decisions, plan.rack_of),
-        nodes=backend,
+        nodes=nodes,
         store=store,
         run_id=run_id,
         run_key=run_key,
@@ -113,7 +140,7 @@ def sweep_wave(
     )
     store.add_verdicts(run_id, alerts)
     return {
-        "nodes": len(wave),
+        "nodes": len(specs),
         "results": dict(Counter(d.result.value for d in decisions)),
         "withheld": [a.subject for a in alerts],
     }
@@ -142,39 +169,3 @@ def coverage_verdict(plan: SweepPlan, swept: Sequence[str], *, as_of: dt.datetim
         },
         {"policy": "weekly r2 on idle nodes"},
     )
-
-
-def run_weekly(
-    store: Store,
-    backend: Backend,
-    *,
-    run_key: str,
-    fleet: str | None,
-    diagnosis_budget: DiagnosisBudget,
-    action_budget: ActionBudget,
-    dry_run: bool,
-    as_of: dt.datetime,
-    max_waves: int = 1024,
-) -> int:
-    """The whole sweep in-process (what the DAG does task by task). Returns the run id."""
-    run_id = store.ensure_run(
-        run_key, suite="weekly", backend=backend.name, fleet=fleet, meta={"dry_run": dry_run}
-    )
-    plan = plan_sweep(backend.list_nodes(), diagnosis_budget, max_waves=max_waves)
-    swept: list[str] = []
-    for wave in plan.waves:
-        sweep_wave(
-            store,
-            backend,
-            run_id=run_id,
-            run_key=run_key,
-            plan=plan,
-            wave=wave,
-            action_budget=action_budget,
-            dry_run=dry_run,
-            as_of=as_of,
-        )
-        swept.extend(wave)
-    store.add_verdicts(run_id, [coverage_verdict(plan, swept, as_of=as_of)])
-    store.finish_run(run_id)
-    return run_id

@@ -1,0 +1,249 @@
+"""Run fleetval's DAGs on a local Airflow 3 against a cluster: what `fleetval sim run`, the demo,
+the end-to-end tests and the benchmarks use, so all of them run the DAGs production runs.
+
+`LocalAirflow` starts the Airflow components (`airflow standalone`: api-server, scheduler with
+the LocalExecutor, dag-processor, triggerer) in a home of its own, with the `fleetval_db` and
+`kubernetes_default` connections pointing at the given store and kubeconfig, and drives it
+through the REST API (trigger, unpause, wait). Airflow is a separate process started from
+`PATH` (the venv's `airflow`); this module does not import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fleetval.errors import FleetvalError
+
+ADMIN: Final = "admin"
+FINISHED: Final = frozenset({"success", "failed"})
+
+
+class AirflowRunError(FleetvalError):
+    """The local Airflow did not start, or a run did not finish in time."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def airflow_bin_dir() -> pathlib.Path:
+    """Where `airflow` is: next to this interpreter (the project's venv), else on PATH. Standalone
+    starts its components by name, so this folder goes first on their PATH."""
+    beside = pathlib.Path(sys.executable).parent
+    if (beside / "airflow").exists():
+        return beside
+    found = shutil.which("airflow")
+    if found is None:
+        raise AirflowRunError("`airflow` is not installed here (run from the project's venv: make venv)")
+    return pathlib.Path(found).parent
+
+
+def default_dags_folder() -> pathlib.Path:
+    """The repository's `dags/` (the package is installed from the repository, editable)."""
+    here = pathlib.Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "dags").is_dir() and (parent / "pools.json").is_file():
+            return parent / "dags"
+    raise AirflowRunError("cannot find the dags folder next to the fleetval package; pass it explicitly")
+
+
+@dataclass
+class LocalAirflow:
+    home: pathlib.Path
+    db_url: str
+    kubeconfig: pathlib.Path
+    dags_folder: pathlib.Path = field(default_factory=default_dags_folder)
+    port: int = 0
+    parallelism: int = 4
+    # Off: only the runs this harness triggers happen (unpausing a scheduled DAG would also start
+    # its latest slot, a second sweep of the same cluster).
+    use_schedules: bool = False
+    # Probe tasks defer while their pod runs (production's default). Off for instant simulated
+    # probes: a trigger that fires within seconds of the deferral races the executor's report of
+    # the deferral in Airflow 3.3, and the task is failed and retried.
+    deferrable_probes: bool = True
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    extra_env: dict[str, str] = field(default_factory=dict)
+    _env: dict[str, str] = field(default_factory=dict)
+    _proc: subprocess.Popen[bytes] | None = None
+    _token: str | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://localhost:{self.port}"
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        return self.home / "airflow.log"
+
+    def env(self) -> dict[str, str]:
+        airflow_home = self.home / "airflow"
+        # Nothing of the caller's Airflow configuration leaks in: this Airflow is self-contained.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        return {
+            **inherited,
+            "PATH": f"{airflow_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(self.use_schedules),
+            "FLEETVAL_PROBE_DEFERRABLE": "true" if self.deferrable_probes else "false",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW_CONN_FLEETVAL_DB": json.dumps({"conn_type": "generic", "extra": {"url": self.db_url}}),
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
+                {
+                    "conn_type": "kubernetes",
+                    "extra": {"kube_config_path": str(self.kubeconfig), "namespace": "fleetval"},
+                }
+            ),
+            **self.extra_env,
+        }
+
+    def _airflow(self, *args: str) -> None:
+        with self.log_path.open("ab") as log:
+            result = subprocess.run(
+                [str(airflow_bin_dir() / "airflow"), *args],
+                env=self._env,
+                stdout=log,
+                stderr=log,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise AirflowRunError(f"`airflow {' '.join(args)}` failed; see {self.log_path}")
+
+    def start(self, *, timeout_s: float = 240) -> LocalAirflow:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        (self.home / "passwords.json").write_text(json.dumps({ADMIN: self.password}))
+        self._env = self.env()
+        self._airflow("db", "migrate")
+        pools = self.dags_folder.parent / "pools.json"
+        if pools.is_file():
+            self._airflow("pools", "import", str(pools))
+        self._airflow("dags", "reserialize")
+        log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [str(airflow_bin_dir() / "airflow"), "standalone"],
+            env=self._env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        self.wait_for("the Airflow api-server and scheduler", self._healthy, timeout_s)
+        return self
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+            self._proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc = None
+
+    def __enter__(self) -> LocalAirflow:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- REST ---------------------------------------------------------------------------------
+    def call(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.token()}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+            return json.loads(raw) if raw else None
+
+    def token(self) -> str:
+        if self._token is None:
+            login = {"username": ADMIN, "password": self.password}
+            self._token = str(self.call("POST", "/auth/token", login, auth=False)["access_token"])
+        return self._token
+
+    def _healthy(self) -> bool:
+        if self._proc is not None and self._proc.poll() is not None:
+            raise AirflowRunError(f"Airflow exited with {self._proc.returncode}; see {self.log_path}")
+        health = self.call("GET", "/api/v2/monitor/health", auth=False)
+        return all(
+            health.get(c, {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer")
+        )
+
+    def wait_for(self, what: str, check: Any, timeout_s: float, interval_s: float = 1.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                value = check()
+                if value:
+                    return value
+            except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
+                pass
+            time.sleep(interval_s)
+        raise AirflowRunError(f"timed out after {timeout_s:.0f}s waiting for {what}; see {self.log_path}")
+
+    def unpause(self, dag_id: str, *, timeout_s: float = 120) -> None:
+        self.wait_for(
+            f"DAG {dag_id} to be parsed", lambda: self.call("GET", f"/api/v2/dags/{dag_id}"), timeout_s
+        )
+        self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        self.unpause(dag_id)
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def wait_run(self, dag_id: str, run_id: str, *, timeout_s: float = 900) -> str:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+        state = self.wait_for(
+            f"{dag_id} run {run_id} to finish",
+            lambda: s if (s := self.call("GET", path)["state"]) in FINISHED else None,
+            timeout_s,
+        )
+        return str(state)
+
+    def first_run(self, dag_id: str, *, timeout_s: float = 300) -> str:
+        """Wait for the DAG's first run (its schedule or an event started it); its run id."""
+
+        def newest() -> str | None:
+            runs = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=1")["dag_runs"]
+            return str(runs[0]["dag_run_id"]) if runs else None
+
+        return str(self.wait_for(f"a run of {dag_id}", newest, timeout_s))
+
+    def task_states(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances?limit=1000"
+        return list(self.call("GET", path)["task_instances"])
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return list(
+            self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after&limit=1000")["dag_runs"]
+        )

@@ -1,0 +1,92 @@
+"""End-to-end set-up: one local Airflow 3 for the session (api-server, scheduler with the
+LocalExecutor, dag-processor, triggerer), talking to a simulated cluster served per test and to a
+verdict store on the real PostgreSQL that each test gets fresh."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from fleetval.sim.airflow_run import LocalAirflow
+from tests.paths import DAGS
+from tests.simkube import SimKube
+
+
+@dataclass
+class E2E:
+    airflow: LocalAirflow
+    kube: SimKube
+
+
+@pytest.fixture(scope="session")
+def local_airflow(
+    pg_server_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalAirflow, str]]:
+    base = tmp_path_factory.mktemp("airflow-e2e")
+    url = (
+        sa.make_url(pg_server_url)
+        .set(database=f"fleetval_e2e_{os.getpid()}")
+        .render_as_string(hide_password=False)
+    )
+    _recreate(pg_server_url, url)
+    # Instant simulated probes: the probe tasks stay on their worker (see LocalAirflow.deferrable_probes).
+    airflow = LocalAirflow(base / "home", url, base / "kubeconfig", dags_folder=DAGS, deferrable_probes=False)
+    try:
+        airflow.start()
+        yield airflow, url
+    finally:
+        airflow.stop()
+        _drop(pg_server_url, url)
+
+
+def _recreate(admin_url: str, url: str) -> None:
+    _drop(admin_url, url)
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{sa.make_url(url).database}"'))
+    admin.dispose()
+
+
+def _drop(admin_url: str, url: str) -> None:
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.make_url(url).database}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def e2e(local_airflow: tuple[LocalAirflow, str], pg_server_url: str) -> Iterator[Any]:
+    """`start(fleet_path, time_scale=0.0) -> E2E`: a fresh store and a simulated cluster behind the
+    session's Airflow."""
+    from fleetval.sim.kube.cluster import SimKubeCluster
+    from fleetval.sim.kube.server import KubeApiServer
+    from fleetval.sim.spec import load_fleet_spec
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+
+    airflow, url = local_airflow
+    _recreate(pg_server_url, url)
+    engine = make_engine(url)
+    upgrade(engine)
+    servers: list[KubeApiServer] = []
+
+    def start(path: pathlib.Path, time_scale: float = 0.0) -> E2E:
+        server = KubeApiServer(
+            SimKubeCluster(load_fleet_spec(path.read_text()), engine, time_scale=time_scale)
+        )
+        server.start()
+        servers.append(server)
+        server.write_kubeconfig(airflow.kubeconfig)
+        return E2E(airflow, SimKube(server, Store(engine), airflow.kubeconfig, url))
+
+    yield start
+    for server in servers:
+        server.stop()
+    engine.dispose()
