@@ -1,7 +1,8 @@
-"""The criteria catalog: every criterion id of MISSION.md, as data.
+"""The criteria catalog: every criterion fleetval judges against, as data.
 
-Judges cite these ids in every verdict; the CLI and the UI list them. Parameters (90 %, 5 %,
-N minutes) live here, next to the statement they belong to, not in the judges.
+Judges cite these ids in every verdict; the CLI (`fleetval criteria`) and `docs/criteria.md`
+list them with what checks each one today. Parameters (90 %, 5 %, N minutes) live here, next to
+the statement they belong to, not in the judges.
 """
 
 from __future__ import annotations
@@ -152,7 +153,41 @@ CRITERIA: Final[tuple[Criterion, ...]] = (
     _c("D-JOB-CKPT-07", "job", "on preemption (SIGTERM + grace) the job saves and later resumes from it"),
 )
 
+# What judges each criterion today (DAG, and the judge that emits the verdict); a criterion not
+# listed is specified here but not yet checked.
+IMPLEMENTED_BY: Final[dict[str, str]] = {
+    "D-DEV-01": "judges.dcgm at the onboarding gate (no onboarding DAG yet)",
+    "D-DEV-02": "xid_remediation: DCGM r3 after an Xid (judges.dcgm, post-xid gate)",
+    "D-DEV-03": "weekly_health_sweep: DCGM r2 on every idle GPU node, coverage verdict",
+    "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (judges.dcgm)",
+    "D-DEV-05": "xid_remediation: time from the Xid to the cordon (judges.xid)",
+    "D-DEV-06": "xid_remediation: the Xid decision table (policy/xid_table.csv, judges.xid)",
+    "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (judges.nccl)",
+    "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (judges.nccl)",
+    "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (judges.nccl)",
+    "D-NET-NCCL-04": "post_upgrade_nccl_sweep: CV over three repeats (judges.nccl)",
+    "F-SAFE-01": "every DAG that acts on nodes: the blast-radius action budget (remediation)",
+}
+
 BY_ID: Final[dict[str, Criterion]] = {c.id: c for c in CRITERIA}
+
+
+def criteria_markdown() -> str:
+    """The catalog as the Markdown table in docs/criteria.md (a test keeps the file in step)."""
+    lines = [
+        "# Criteria",
+        "",
+        f"Catalog version `{CATALOG_VERSION}`; `fleetval criteria` prints the same as JSON. Every verdict",
+        "names one of these ids. *Implemented by* says which DAG and judge check it today; an empty",
+        "cell means the criterion is specified but not yet checked.",
+        "",
+        "| id | layer | criterion | parameters | implemented by |",
+        "|---|---|---|---|---|",
+    ]
+    for c in CRITERIA:
+        params = ", ".join(f"{k}={v}" for k, v in c.parameters.items())
+        lines.append(f"| {c.id} | {c.layer} | {c.statement} | {params} | {IMPLEMENTED_BY.get(c.id, '')} |")
+    return "\n".join(lines) + "\n"
 
 
 def get(criterion_id: str) -> Criterion:

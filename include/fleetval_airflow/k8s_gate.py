@@ -1,7 +1,6 @@
 """Halting a GPU Operator driver rollout when the post-upgrade NCCL gate fails.
 
-Mechanism (documented by NVIDIA, `../shared/fixtures/gpu-operator/
-driver-upgrade-state-machine-labels-metrics-nvidia-docs-excerpt.rst`, "Pausing Driver Upgrades"):
+Mechanism (NVIDIA's GPU Operator documentation, driver upgrades, "Pausing Driver Upgrades"):
 set `spec.driver.upgradePolicy.autoUpgrade` to `false` on the ClusterPolicy
 (`nvidia.com/v1`, cluster-scoped). The whole upgrade state machine pauses; nodes not yet upgraded
 stay on their driver; setting it back to `true` resumes. The nodes that failed carry

@@ -177,7 +177,7 @@ def _distinct_subjects(decisions: Sequence[XidDecision]) -> list[str]:
 
 
 def judge_xid_to_json(judgement: XidJudgement) -> dict[str, Any]:
-    """The `fleetval judge xid` document (DESIGN.md §5 plus additive fields)."""
+    """The `fleetval judge xid` document (the CLI contract plus additive fields)."""
     return {
         "node": judgement.node,
         "xid_table_version": judgement.table_version,

@@ -138,7 +138,7 @@ class XidEvent:
     d_rst: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN.md §5 fields first, then the additive ones."""
+        """The CLI contract's fields first, then the additive ones."""
         return {
             "xid": self.xid,
             "pci": self.pci,
@@ -174,7 +174,7 @@ class XidEvent:
 
 
 def xid_log_to_json(events: Iterable[XidEvent]) -> dict[str, Any]:
-    """The `fleetval parse xid` document (DESIGN.md §5)."""
+    """The `fleetval parse xid` document (the CLI contract)."""
     return {"events": [e.to_json() for e in events]}
 
 

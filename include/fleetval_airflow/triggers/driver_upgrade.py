@@ -4,7 +4,7 @@ NCCL-swept on their new driver yet.
 The GPU Operator's upgrade controller moves each node through the states of the node label
 `nvidia.com/gpu-driver-upgrade-state` (`upgrade-required` → `cordon-required` → … →
 `uncordon-required` → `upgrade-done`, or `upgrade-failed`; NVIDIA's docs and k8s-operator-libs
-`pkg/upgrade/consts.go`, in `../shared/fixtures/gpu-operator/`). The trigger polls the nodes
+`pkg/upgrade/consts.go`). The trigger polls the nodes
 through the configured backend (`sim` or `k8s`) every `poll_interval` seconds and fires
 `{"nodes": [...], "generations": {node: driver}, "observed_at": ...}` for nodes that are
 `upgrade-done` and whose `fleetval.io/nccl-swept-driver` label is not their current driver

@@ -1,4 +1,4 @@
-"""The fleet spec contract: the DESIGN.md example loads; every kind of bad spec is a clear SpecError."""
+"""The fleet spec contract: the documented example loads; every kind of bad spec is a clear SpecError."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ NODES = ["r01-n01", "r01-n02", "r01-n03", "r02-n02", "r02-n04"]  # r01-n02: NVLi
 
 
 def spec_sheet_baseline(store: Store, scope: str, gbps: float) -> int:
-    """The mistake MISSION.md warns against: a baseline typed in from a datasheet."""
+    """The mistake the NCCL criteria rule out: a baseline typed in from a datasheet."""
     baseline_id, _ = store.add_baseline_candidate(
         profile=PROFILE,
         metric=nccl.METRIC,
