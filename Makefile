@@ -45,10 +45,10 @@ test: $(STAMP) lint typecheck postgres
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh
+	$(BIN)/python scripts/demo.py
 
 demo-once: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh --exit-after-summary
+	$(BIN)/python scripts/demo.py --exit-after-summary
 
 bench: $(STAMP) postgres
 	$(BIN)/python bench/store_ingest.py

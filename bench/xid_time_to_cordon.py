@@ -17,29 +17,23 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
+from fleetval.sim.airflow_run import LocalAirflow
+from fleetval.sim.cluster import SimCluster
+from fleetval.sim.spec import load_fleet_spec
+from fleetval.sim.xid_source import inject
+from fleetval.store.engine import make_engine
+from fleetval.store.migrate import upgrade
+from fleetval.store.repository import Store
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from demo_driver import call, wait_for  # noqa: E402
-
-from fleetval.sim.cluster import SimCluster  # noqa: E402
-from fleetval.sim.spec import load_fleet_spec  # noqa: E402
-from fleetval.sim.xid_source import inject  # noqa: E402
-from fleetval.store.engine import make_engine  # noqa: E402
-from fleetval.store.migrate import upgrade  # noqa: E402
-from fleetval.store.repository import Store  # noqa: E402
 
 RACKS, PER_RACK = 24, 8
 
@@ -90,58 +84,31 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleetval-xid-bench-"))
     db_url = f"sqlite:///{work}/fleetval.db"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "AIRFLOW_HOME": str(work / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__API__PORT": str(args.port),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{args.port}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(work / "passwords.json"),
-        "AIRFLOW_CONN_FLEETVAL_DB": json.dumps({"conn_type": "generic", "extra": {"url": db_url}}),
-        "AIRFLOW_VAR_FLEETVAL_BACKEND": "sim",
-        "AIRFLOW_VAR_FLEETVAL_SIM_FLEET": "bench-xid",
-    }
-    (work / "passwords.json").write_text('{"admin": "bench"}')
     engine = make_engine(db_url)
     upgrade(engine)
     cluster = SimCluster.load(engine, load_fleet_spec(yaml.safe_dump(fleet_spec())))
     store = Store(engine)
     nodes = [n.name for n in cluster.list_nodes()]
-
-    for cmd in (
-        ["airflow", "db", "migrate"],
-        ["airflow", "pools", "import", str(ROOT / "pools.json")],
-        ["airflow", "dags", "reserialize"],
-    ):
-        subprocess.run(cmd, env=env, check=True, capture_output=True)
-    log = open(work / "airflow.log", "w")  # noqa: SIM115 - lives as long as the server
-    server = subprocess.Popen(
-        ["airflow", "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    airflow = LocalAirflow(
+        work,
+        db_url,
+        work / "kubeconfig",  # unused: Xid remediation runs on the in-database simulator here
+        port=args.port,
+        use_schedules=True,  # asset-triggered runs
+        extra_env={
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW_VAR_FLEETVAL_BACKEND": "sim",
+            "AIRFLOW_VAR_FLEETVAL_SIM_FLEET": "bench-xid",
+        },
     )
-    base = f"http://localhost:{args.port}"
     try:
-        wait_for(
-            "Airflow",
-            lambda: call(base, "GET", "/api/v2/monitor/health")["scheduler"]["status"] == "healthy",
-            180,
-        )
-        token = call(base, "POST", "/auth/token", body={"username": "admin", "password": "bench"})[
-            "access_token"
-        ]
-        wait_for(
-            "xid_remediation parsed", lambda: call(base, "GET", "/api/v2/dags/xid_remediation", token), 120
-        )
-        call(base, "PATCH", "/api/v2/dags/xid_remediation", token, {"is_paused": False})
+        airflow.start(timeout_s=180)
+        airflow.unpause("xid_remediation")
         relaxed = {
             "key": "fleetval_xid_breaker",
             "value": json.dumps({"max_fleet_fraction": 1.0, "max_rack_fraction": 1.0}),
         }
-        call(base, "POST", "/api/v2/variables", token, relaxed)
+        airflow.call("POST", "/api/v2/variables", relaxed)
         time.sleep(5)  # the triggerer picks the watcher up
 
         # 1. 150 nodes at once.
@@ -156,11 +123,9 @@ def main() -> None:
 
         # 2. The breaker holds when the budget is smaller than the failure count.
         tight = {"max_fleet_fraction": 0.05, "max_rack_fraction": 1.0, "breaker_window_s": 5}
-        call(
-            base,
+        airflow.call(
             "PATCH",
             "/api/v2/variables/fleetval_xid_breaker",
-            token,
             {"key": "fleetval_xid_breaker", "value": json.dumps(tight)},
         )
         time.sleep(6)  # phase-1 cordons leave the 5 s window
@@ -180,7 +145,7 @@ def main() -> None:
         storm = set(nodes[190:192]) | {nodes[0]}
         before = {e["id"] for e in store.node_events(kind="cordon")}
         inject(cluster, [(n, 45, 1, 300) for n in sorted(storm)], at=dt.datetime.now(dt.UTC), tag="p3")
-        wait_for(
+        airflow.wait_for(
             "the storm to be judged",
             lambda: all(
                 any(
@@ -200,8 +165,7 @@ def main() -> None:
             f"(p50 {statistics.median(cordoned):.1f}s; target p90 <= 15 s)"
         )
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        airflow.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,0 +1,126 @@
+"""make demo: the simulated demo fleet served as a Kubernetes API (`fleetval sim serve`), Airflow 3
+standalone on the embedded default (SQLite) pointed at it, and the weekly sweep as the cron runs it:
+one probe pod task per node through the KubernetesPodOperator. Prints the verdicts, then delivers
+an Xid 79 and shows the event-driven remediation, then serves the UI until Ctrl-C.
+
+    python scripts/demo.py [--exit-after-summary] [--port 8080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+from fleetval.sim.airflow_run import AirflowRunError, LocalAirflow
+from fleetval.sim.kube.cluster import SimKubeCluster
+from fleetval.sim.kube.server import KubeApiServer
+from fleetval.sim.spec import load_fleet_spec
+from fleetval.store.engine import make_engine
+from fleetval.store.migrate import upgrade
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO = ROOT / ".demo"
+FLEET = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
+PASSWORD = "fleetval"
+# Probes last 2 % of their real time (an r2 about 3 s) and stay on their worker: deferral is for
+# real diagnostics (minutes); a trigger firing seconds after the deferral races Airflow's bookkeeping.
+TIME_SCALE = 0.02
+
+
+def fleetval(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "fleetval.cli", *args], check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--exit-after-summary", action="store_true", help="stop once the summary is printed")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("FLEETVAL_DEMO_PORT", "8080")))
+    args = ap.parse_args()
+
+    shutil.rmtree(DEMO, ignore_errors=True)  # every demo starts from an empty store and Airflow home
+    DEMO.mkdir()
+    db = f"sqlite:///{DEMO / 'fleetval.db'}"
+    print(f"== fleetval store: {db}")
+    engine = make_engine(db)
+    upgrade(engine)
+    # Xid remediation still runs on the in-database simulator (Variable fleetval_backend=sim).
+    fleetval("sim", "load", str(FLEET), "--db", db, "--reset")
+    server = KubeApiServer(SimKubeCluster(load_fleet_spec(FLEET.read_text()), engine, time_scale=TIME_SCALE))
+    server.start()
+    kubeconfig = server.write_kubeconfig(DEMO / "kubeconfig")
+    print(f"== the simulated cluster's Kubernetes API: {server.url} (kubeconfig {kubeconfig})")
+    airflow = LocalAirflow(
+        DEMO,
+        db,
+        kubeconfig,
+        port=args.port,
+        password=PASSWORD,
+        use_schedules=True,  # unpausing runs the latest weekly slot, as the cron would
+        deferrable_probes=False,
+        extra_env={"AIRFLOW_VAR_FLEETVAL_BACKEND": "sim", "AIRFLOW_VAR_FLEETVAL_SIM_FLEET": "demo"},
+    )
+    try:
+        print(f"== starting Airflow 3 (standalone) on :{args.port} — log: {airflow.log_path}")
+        started = time.monotonic()
+        airflow.start()
+        print(f"== Airflow healthy after {time.monotonic() - started:.0f}s")
+        airflow.unpause("xid_remediation")
+        airflow.unpause("weekly_health_sweep")
+        run = airflow.first_run("weekly_health_sweep")
+        print(f"== weekly_health_sweep run {run} started by its schedule (waves: weekly_health_sweep_wave)")
+        print(f"== run {airflow.wait_run('weekly_health_sweep', run)}")
+        print()
+        fleetval("verdicts", "--db", db)
+        print()
+        print("== an Xid 79 (GPU fell off the bus) on r02-n08 GPU 2: the event wakes xid_remediation")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fleetval.cli",
+                "sim",
+                "inject-xid",
+                "demo",
+                "--db",
+                db,
+                "--node",
+                "r02-n08",
+                "--code",
+                "79",
+                "--gpu",
+                "2",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        run = airflow.first_run("xid_remediation")
+        print(f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run)}")
+        print()
+        fleetval("verdicts", "--db", db)
+        print()
+        print(f"Airflow UI: http://localhost:{args.port}  (login admin / {PASSWORD})")
+        print(f"Verdicts:   fleetval verdicts --db {db} [--format json]")
+        labels = "fleetval.io/quarantine,fleetval.io/health"
+        print(f"Cluster:    kubectl --kubeconfig {kubeconfig} get nodes -L {labels}")
+        if not args.exit_after_summary:
+            print("Serving until Ctrl-C.")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\n== stopping")
+    except AirflowRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        airflow.stop()
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
