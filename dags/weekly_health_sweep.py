@@ -68,7 +68,7 @@ def weekly_health_sweep() -> None:
         trigger_dag_id=weekly_tasks.WAVE_DAG_ID,
         wait_for_completion=True,
         deferrable=True,
-        poke_interval=5,
+        poke_interval=2,
         allowed_states=["success", "failed"],  # a wave's judge decides; the next wave still runs
         reset_dag_run=True,  # a retried wave runs again (probes and node actions are idempotent)
         fail_when_dag_is_paused=True,  # a paused wave DAG fails the sweep instead of waiting forever

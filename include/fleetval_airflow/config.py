@@ -11,7 +11,7 @@ time (never at DAG parse time).
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Connection, Variable
 
@@ -83,3 +83,10 @@ def kube() -> KubeCluster:
     from fleetval.k8s.cluster import KubeCluster
 
     return KubeCluster(KubernetesHook(conn_id=KUBE_CONN_ID).core_v1_client, rack_label=settings().rack_label)
+
+
+def kube_custom_objects() -> Any:
+    """The CustomObjectsApi of the `kubernetes_default` cluster."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    return KubernetesHook(conn_id=KUBE_CONN_ID).custom_object_client

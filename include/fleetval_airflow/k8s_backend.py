@@ -1,5 +1,6 @@
-"""The `k8s` backend: probes as pods rendered by the KubernetesPodOperator, node operations
-through the cncf.kubernetes provider's hook.
+"""The `k8s` backend of Xid remediation and the NCCL sweep, until they run their probes as
+probe pod tasks like the weekly sweep: probes as pods rendered by the KubernetesPodOperator;
+inventory and node operations through `fleetval.k8s.cluster.KubeCluster`.
 
 Pods of one wave run concurrently: each is created, polled until it ends or its deadline
 passes, its log read (the tool's raw output), and deleted when it succeeded (failed pods are
@@ -17,7 +18,9 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
 from fleetval.backends import NodeInfo, ProbeOutput
+from fleetval.k8s.cluster import KubeCluster
 from fleetval.k8s.specs import ProbeSpec, kpo_kwargs
+from fleetval.settings import Settings
 
 POLL_S = 5.0
 MAX_PARALLEL_PODS = 64
@@ -35,48 +38,11 @@ class KubernetesBackend:
     def __init__(self, conn_id: str = "kubernetes_default") -> None:
         self.hook = KubernetesHook(conn_id=conn_id)
         self.core = self.hook.core_v1_client
+        self.cluster = KubeCluster(self.core, rack_label=Settings.from_env().rack_label)
 
-    # --- inventory --------------------------------------------------------------------------
+    # --- inventory and node actions: the one cluster client ---------------------------------
     def list_nodes(self) -> list[NodeInfo]:
-        nodes: list[NodeInfo] = []
-        pods_per_node = self._gpu_pods_per_node()
-        token: str | None = None
-        while True:  # paginate: fleets have thousands of nodes
-            page = self.core.list_node(
-                label_selector="nvidia.com/gpu.present=true", limit=500, _continue=token
-            )
-            for n in page.items:
-                labels = dict(n.metadata.labels or {})
-                gpus = int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
-                nodes.append(
-                    NodeInfo(
-                        name=n.metadata.name,
-                        rack=labels.get("topology.kubernetes.io/zone", labels.get("fleetval.io/rack", "")),
-                        profile=labels.get("nvidia.com/gpu.product", ""),
-                        gpus=gpus,
-                        labels=labels,
-                        taints=tuple(
-                            {"key": t.key, "value": t.value or "", "effect": t.effect}
-                            for t in (n.spec.taints or [])
-                        ),
-                        unschedulable=bool(n.spec.unschedulable),
-                        gpu_pods=pods_per_node.get(n.metadata.name, 0),
-                    )
-                )
-            token = page.metadata._continue
-            if not token:
-                return nodes
-
-    def _gpu_pods_per_node(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        pods = self.core.list_pod_for_all_namespaces(field_selector="status.phase=Running")
-        for pod in pods.items:
-            wants_gpu = any(
-                "nvidia.com/gpu" in ((c.resources and c.resources.limits) or {}) for c in pod.spec.containers
-            )
-            if wants_gpu and pod.spec.node_name:
-                counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
-        return counts
+        return self.cluster.list_nodes()
 
     # --- probes -----------------------------------------------------------------------------
     def run_probes(self, specs: Sequence[ProbeSpec]) -> list[ProbeOutput]:
@@ -129,24 +95,17 @@ class KubernetesBackend:
                 spec=spec.to_json(),
             )
 
-    # --- node actions -----------------------------------------------------------------------
     def cordon(self, node: str) -> None:
-        self.core.patch_node(node, {"spec": {"unschedulable": True}})
+        self.cluster.cordon(node)
 
     def uncordon(self, node: str) -> None:
-        self.core.patch_node(node, {"spec": {"unschedulable": False}})
+        self.cluster.uncordon(node)
 
     def set_labels(self, node: str, labels: dict[str, str | None]) -> None:
-        # A null value in a merge patch removes the label.
-        self.core.patch_node(node, {"metadata": {"labels": labels}})
+        self.cluster.set_labels(node, labels)
 
     def add_taint(self, node: str, key: str, value: str, effect: str) -> None:
-        current = self.core.read_node(node).spec.taints or []
-        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in current if t.key != key]
-        taints.append({"key": key, "value": value, "effect": effect})
-        self.core.patch_node(node, {"spec": {"taints": taints}})
+        self.cluster.add_taint(node, key, value, effect)
 
     def remove_taint(self, node: str, key: str) -> None:
-        current = self.core.read_node(node).spec.taints or []
-        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in current if t.key != key]
-        self.core.patch_node(node, {"spec": {"taints": taints}})
+        self.cluster.remove_taint(node, key)

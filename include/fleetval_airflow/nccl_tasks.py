@@ -179,7 +179,7 @@ def gate(fv_run: int) -> dict[str, Any]:
     if decision.halt_rollout and config.backend_name() == "k8s":
         from fleetval_airflow.k8s_gate import pause_driver_upgrades
 
-        paused = pause_driver_upgrades(backend.hook.custom_object_client, dry_run=dry_run)
+        paused = pause_driver_upgrades(config.kube_custom_objects(), dry_run=dry_run)
     swept = nccl.mark_swept(backend, plan, nccl.swept_nodes(store, fv_run), dry_run=dry_run)
     store.update_run_meta(fv_run, gate={**decision.to_json(), "clusterpolicy": paused}, swept=swept)
     store.finish_run(fv_run)

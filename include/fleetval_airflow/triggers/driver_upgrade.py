@@ -46,7 +46,7 @@ class DriverUpgradeDoneTrigger(BaseEventTrigger):
         sim_fleet: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
         if backend not in (None, "sim", "k8s"):
             raise ValueError(f"backend must be 'sim', 'k8s' or None (the Variable), got {backend!r}")
         if poll_interval <= 0:
@@ -97,11 +97,10 @@ class DriverUpgradeDoneTrigger(BaseEventTrigger):
                 self.log.info(
                     "driver upgrade done on %d node(s) not yet swept: %s", len(new), sorted(new)[:20]
                 )
-                yield TriggerEvent(
-                    {
-                        "nodes": sorted(new),
-                        "generations": new,
-                        "observed_at": dt.datetime.now(dt.UTC).isoformat(),
-                    }
-                )
+                event = {
+                    "nodes": sorted(new),
+                    "generations": new,
+                    "observed_at": dt.datetime.now(dt.UTC).isoformat(),
+                }
+                yield TriggerEvent(event)  # type: ignore[no-untyped-call]  # untyped in Airflow
             await asyncio.sleep(self.poll_interval)
