@@ -14,13 +14,12 @@ dynamic resource claims are not.
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import ROUND_CEILING, ROUND_UP, Context, Decimal, DecimalException, InvalidOperation
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Final
 
+from fleetval.k8s.quantity import EXACT, parse_decimal
 from fleetval.k8s.selectors import label_selector_from_set, node_selector_terms_match
 
 # Filter reasons, worded as kube-scheduler words them.
@@ -45,106 +44,15 @@ TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 # --- resource.Quantity ------------------------------------------------------------------------------
 
-_QUANTITY_FORMAT: Final = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-_ERR_FORMAT: Final = f"quantities must match the regular expression '{_QUANTITY_FORMAT}'"
-_ERR_NUMERIC: Final = "unable to parse numeric part of quantity"
-_ERR_SUFFIX: Final = "unable to parse quantity's suffix"
-_DECIMAL_SUFFIXES: Final = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
-_BINARY_SUFFIXES: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_SUFFIX_CHARS: Final = frozenset("eEinumkKMGTP")
-_NANO: Final = Decimal("1e-9")
-_MAX_BINARY: Final = Decimal(2**63 - 1)
-# Wide enough that exact quantities never round while being summed.
-_EXACT: Final = Context(prec=200)
-
-
-def _split_quantity(text: str) -> tuple[bool, str, str, str]:
-    """(positive, integer digits, fraction digits, suffix), scanned like resource.ParseQuantity."""
-    pos, end = 0, len(text)
-    positive = True
-    if text[0] in "+-":
-        positive = text[0] == "+"
-        pos = 1
-    while pos < end and text[pos] == "0":
-        pos += 1
-    if pos >= end:
-        return positive, "0", "", ""
-    start = pos
-    while pos < end and text[pos].isascii() and text[pos].isdigit():
-        pos += 1
-    integer = text[start:pos] or "0"
-    fraction = ""
-    if pos < end and text[pos] == ".":
-        pos += 1
-        start = pos
-        while pos < end and text[pos].isascii() and text[pos].isdigit():
-            pos += 1
-        fraction = text[start:pos]
-    suffix_start = pos
-    while pos < end and text[pos] in _SUFFIX_CHARS:
-        pos += 1
-    if pos < end and text[pos] in "+-":
-        pos += 1
-    while pos < end and text[pos].isascii() and text[pos].isdigit():
-        pos += 1
-    if pos < end:
-        raise ValueError(_ERR_FORMAT)
-    return positive, integer, fraction, text[suffix_start:]
-
 
 def parse_quantity(text: str | int | float) -> Decimal:
     """The exact value of a Kubernetes quantity ("100m", "1.5", "2Gi", "1e3", "500Mi", "1k", "10n"...).
 
     Like resource.ParseQuantity: a value finer than a nano unit rounds up (away from zero) to one,
-    and binary-suffixed values are capped at 2^63-1. Raises ValueError with the API server's wording.
+    and binary-suffixed values are capped at 2^63-1. Raises ValueError (QuantityError) with the API
+    server's wording.
     """
-    if isinstance(text, bool):
-        raise ValueError(_ERR_FORMAT)
-    if isinstance(text, int):
-        text = str(text)
-    elif isinstance(text, float):
-        if not math.isfinite(text):
-            raise ValueError(_ERR_FORMAT)
-        text = repr(text)
-    if not text:
-        raise ValueError(_ERR_FORMAT)
-    positive, integer, fraction, suffix = _split_quantity(text)
-    binary = suffix in _BINARY_SUFFIXES
-    if suffix in _DECIMAL_SUFFIXES:
-        exponent = _DECIMAL_SUFFIXES[suffix]
-    elif binary:
-        exponent = _BINARY_SUFFIXES[suffix]
-    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
-        exponent = int(suffix[1:])
-        if not -(2**63) <= exponent < 2**63:
-            raise ValueError(_ERR_SUFFIX)
-    else:
-        raise ValueError(_ERR_SUFFIX)
-    try:
-        magnitude = Decimal(f"{integer}.{fraction or '0'}")
-        if binary:
-            value = _EXACT.multiply(magnitude, Decimal(2**exponent))
-        else:
-            value = magnitude.scaleb(exponent, _EXACT)
-        exponent_of_value = value.as_tuple().exponent
-        if isinstance(exponent_of_value, int) and exponent_of_value < -9 and value != 0:
-            value = value.quantize(_NANO, rounding=ROUND_UP, context=_EXACT)
-    except (DecimalException, InvalidOperation):
-        raise ValueError(_ERR_NUMERIC) from None
-    if binary and value > _MAX_BINARY:
-        value = _MAX_BINARY
-    return value if positive else -value
+    return parse_decimal(text)[0]
 
 
 # --- pod requests -----------------------------------------------------------------------------------
@@ -160,7 +68,7 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
 
 def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
     for name, quantity in more.items():
-        total[name] = _EXACT.add(total.get(name, Decimal(0)), quantity)
+        total[name] = EXACT.add(total.get(name, Decimal(0)), quantity)
 
 
 def _set_max(total: dict[str, Decimal], other: Mapping[str, Decimal]) -> None:
@@ -292,7 +200,7 @@ def _is_scalar_resource(name: str) -> bool:
 def _scheduler_units(name: str, quantity: Decimal) -> int:
     # The scheduler counts CPU in millicores and everything else in whole units, rounding up.
     scaled = quantity * 1000 if name == "cpu" else quantity
-    return int(scaled.to_integral_value(rounding=ROUND_CEILING, context=_EXACT))
+    return int(scaled.to_integral_value(rounding=ROUND_CEILING, context=EXACT))
 
 
 def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:

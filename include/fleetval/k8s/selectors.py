@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fleetval.k8s.names import NameSyntax
+
 
 class SelectorError(ValueError):
     """A selector the API server rejects (HTTP 400 BadRequest); the message is the server's."""
@@ -24,93 +26,21 @@ class SelectorError(ValueError):
 
 # --- label keys and values (k8s.io/apimachinery/pkg/api/validate/content) ---------------------------
 
-_LABEL_KEY_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_KEY_ERR: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_LABEL_VALUE_FMT: Final = f"({_LABEL_KEY_FMT})?"
-_LABEL_VALUE_ERR: Final = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT: Final = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_ERR: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_LABEL_NAME_MAX: Final = 63
-_LABEL_VALUE_MAX: Final = 63
-_DNS1123_SUBDOMAIN_MAX: Final = 253
+# content.IsLabelKey and IsLabelValue count length limits in bytes, as Go's len() does, and say so.
+_NAMES: Final = NameSyntax("bytes")
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
 
 
-def _regex_error(message: str, regex: str, *examples: str) -> str:
-    # The API server's wording, including its double space between examples.
-    text = message + " (e.g. "
-    for i, example in enumerate(examples):
-        if i > 0:
-            text += " or "
-        text += f"'{example}', "
-    return text + f"regex used for validation is '{regex}')"
-
-
-def _max_len_error(length: int) -> str:
-    return f"must be no more than {length} bytes"
-
-
-def _byte_len(text: str) -> int:
-    return len(text.encode())
-
-
-def _dns1123_subdomain_errors(value: str) -> list[str]:
-    errors = []
-    if _byte_len(value) > _DNS1123_SUBDOMAIN_MAX:
-        errors.append(_max_len_error(_DNS1123_SUBDOMAIN_MAX))
-    if not re.fullmatch(_DNS1123_SUBDOMAIN_FMT, value):
-        errors.append(_regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errors
-
-
 def label_key_errors(key: str) -> list[str]:
     """Why `key` is not a valid label key (`[prefix/]name`); empty when it is valid."""
-    parts = key.split("/")
-    example = ("MyName", "my.name", "123-abc")
-    errors: list[str] = []
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            errors.extend("prefix part " + e for e in _dns1123_subdomain_errors(prefix))
-    else:
-        return [
-            "a valid label key "
-            + _regex_error(_LABEL_KEY_ERR, _LABEL_KEY_FMT, *example)
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif _byte_len(name) > _LABEL_NAME_MAX:
-        errors.append("name part " + _max_len_error(_LABEL_NAME_MAX))
-    if not re.fullmatch(_LABEL_KEY_FMT, name):
-        errors.append("name part " + _regex_error(_LABEL_KEY_ERR, _LABEL_KEY_FMT, *example))
-    return errors
+    return _NAMES.qualified_name(key)
 
 
 def label_value_errors(value: str) -> list[str]:
     """Why `value` is not a valid label value; empty when it is valid (the empty string is valid)."""
-    errors = []
-    if _byte_len(value) > _LABEL_VALUE_MAX:
-        errors.append(_max_len_error(_LABEL_VALUE_MAX))
-    if not re.fullmatch(_LABEL_VALUE_FMT, value):
-        errors.append(_regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errors
+    return _NAMES.label_value(value)
 
 
 def _quote(value: str) -> str:

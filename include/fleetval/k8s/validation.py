@@ -45,13 +45,16 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from fractions import Fraction
 from functools import cache
 from typing import Any, Final
 
 import jsonschema
 import yaml
 from kubernetes_validate import utils as kv_utils
+
+from fleetval.k8s.names import NameSyntax
+from fleetval.k8s.quantity import FORMAT_ERROR as _QUANTITY_FORMAT_ERROR
+from fleetval.k8s.quantity import Quantity, QuantityError
 
 # The newest Kubernetes schema kubernetes_validate ships that the kubernetes client (36.x, i.e.
 # Kubernetes 1.36) speaks; every schema lookup in this module uses it.
@@ -313,247 +316,24 @@ def go_value(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # resource.Quantity
 
-_QUANTITY_FORMAT_ERROR: Final = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
-_QUANTITY_RE: Final = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
-_BINARY_SUFFIXES: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL_SUFFIXES: Final = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
-_DECIMAL_BY_EXP: Final = {v: k for k, v in _DECIMAL_SUFFIXES.items()}
-
-
-class QuantityError(ValueError):
-    """`resource.ParseQuantity` failed; the message is the apimachinery error text."""
-
-
-@dataclass(frozen=True, slots=True)
-class Quantity:
-    """A parsed `resource.Quantity`: exact value and the suffix family it was written in."""
-
-    value: Fraction
-    format: str  # "DecimalSI" | "BinarySI" | "DecimalExponent"
-
-    def __str__(self) -> str:
-        return _canonical_quantity(self.value, self.format)
-
-    @property
-    def is_integer(self) -> bool:
-        return self.value.denominator == 1
-
 
 def parse_quantity(raw: str | int | float) -> Quantity:
-    """`resource.ParseQuantity`, exact (no rounding to the nano scale except at the end)."""
-    text = raw if isinstance(raw, str) else (repr(raw) if isinstance(raw, float) else str(raw))
-    text = text.strip()
-    if not text or not _QUANTITY_RE.match(text):
-        raise QuantityError(_QUANTITY_FORMAT_ERROR)
-    match = re.match(r"^([+-]?)([0-9]*\.?[0-9]*)(.*)$", text)
-    assert match is not None
-    sign, number, suffix = match.groups()
-    if not number or number == "." or number.count(".") > 1 or not any(c.isdigit() for c in number):
-        raise QuantityError(_QUANTITY_FORMAT_ERROR)
-    value = Fraction(Decimal(number))
-    if suffix in _BINARY_SUFFIXES:
-        value *= 2 ** _BINARY_SUFFIXES[suffix]
-        fmt = "BinarySI"
-    elif suffix in _DECIMAL_SUFFIXES:
-        value *= Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
-        fmt = "DecimalSI"
-    elif re.fullmatch(r"[eE][+-]?[0-9]+", suffix):
-        value *= Fraction(10) ** int(suffix[1:])
-        fmt = "DecimalExponent"
-    else:
-        raise QuantityError("unable to parse quantity's suffix")
-    if sign == "-":
-        value = -value
-    # Quantities are kept to the nano scale, rounding away from zero.
-    scaled = value * 10**9
-    if scaled.denominator != 1:
-        value = Fraction(math.ceil(scaled) if value > 0 else math.floor(scaled), 10**9)
-    return Quantity(value, fmt)
-
-
-def _canonical_quantity(value: Fraction, fmt: str) -> str:
-    """`Quantity.String()`: the largest suffix that keeps an integer mantissa."""
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    magnitude = abs(value)
-    if fmt == "BinarySI" and magnitude.denominator == 1 and magnitude >= 1024:
-        for suffix, power in sorted(_BINARY_SUFFIXES.items(), key=lambda kv: -kv[1]):
-            mantissa = magnitude / 2**power
-            if mantissa.denominator == 1:
-                return f"{sign}{mantissa.numerator}{suffix}"
-    for exp in range(18, -10, -3):
-        mantissa = magnitude / Fraction(10) ** exp
-        if mantissa.denominator == 1:
-            if fmt == "DecimalExponent":
-                return f"{sign}{mantissa.numerator}" + (f"e{exp}" if exp else "")
-            return f"{sign}{mantissa.numerator}{_DECIMAL_BY_EXP[exp]}"
-    return f"{sign}{math.ceil(magnitude * 10**9)}n"
+    """`resource.ParseQuantity` of what `Quantity.UnmarshalJSON` hands it: the text trimmed of white
+    space. Raises QuantityError."""
+    return Quantity.parse(raw.strip() if isinstance(raw, str) else raw)
 
 
 # ---------------------------------------------------------------------------------------------
 # Name, label and key syntax (apimachinery pkg/util/validation, pkg/api/validate/content)
 
-_DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT: Final = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1035_LABEL_FMT: Final = "[a-z]([-a-z0-9]*[a-z0-9])?"
-_LABEL_KEY_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE_FMT: Final = "(" + _LABEL_KEY_FMT + ")?"
-_CONFIG_KEY_FMT: Final = "[-._a-zA-Z0-9]+"
-
-
-def _regex_error(message: str, fmt: str, *examples: str) -> str:
-    """`validation.RegexError`, including its `'a',  or 'b'` spacing."""
-    if not examples:
-        return f"{message} (regex used for validation is '{fmt}')"
-    text = message + " (e.g. "
-    for i, example in enumerate(examples):
-        if i > 0:
-            text += " or "
-        text += f"'{example}', "
-    return text + f"regex used for validation is '{fmt}')"
-
-
-def _max_len(length: int) -> str:
-    return f"must be no more than {length} characters"
-
-
-def dns1123_label(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not re.fullmatch(_DNS1123_LABEL_FMT, value):
-        if re.fullmatch(_DNS1123_SUBDOMAIN_FMT, value):
-            errs.append("must not contain dots")
-        else:
-            errs.append(
-                _regex_error(
-                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                    "and must start and end with an alphanumeric character",
-                    _DNS1123_LABEL_FMT,
-                    "my-name",
-                    "123-abc",
-                )
-            )
-    return errs
-
-
-def dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len(253))
-    if not re.fullmatch(_DNS1123_SUBDOMAIN_FMT, value):
-        errs.append(
-            _regex_error(
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-                "'-' or '.', and must start and end with an alphanumeric character",
-                _DNS1123_SUBDOMAIN_FMT,
-                "example.com",
-            )
-        )
-    return errs
-
-
-def dns1035_label(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not re.fullmatch(_DNS1035_LABEL_FMT, value):
-        errs.append(
-            _regex_error(
-                "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                "alphabetic character, and end with an alphanumeric character",
-                _DNS1035_LABEL_FMT,
-                "my-name",
-                "abc-123",
-            )
-        )
-    return errs
-
-
-def qualified_name(value: str) -> list[str]:
-    """`IsQualifiedName` / `content.IsLabelKey`: an optional DNS-subdomain prefix and a name."""
-    errs: list[str] = []
-    key_error = (
-        "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-        "alphanumeric character"
-    )
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in dns1123_subdomain(prefix))
-    else:
-        return [
-            "a valid label key "
-            + _regex_error(key_error, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part " + _max_len(63))
-    if not re.fullmatch(_LABEL_KEY_FMT, name):
-        errs.append("name part " + _regex_error(key_error, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc"))
-    return errs
-
-
-def label_value(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len(63))
-    if not re.fullmatch(_LABEL_VALUE_FMT, value):
-        errs.append(
-            _regex_error(
-                "a valid label must be an empty string or consist of alphanumeric characters, "
-                "'-', '_' or '.', and must start and end with an alphanumeric character",
-                _LABEL_VALUE_FMT,
-                "MyValue",
-                "my_value",
-                "12345",
-            )
-        )
-    return errs
-
-
-def config_map_key(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len(253))
-    if not re.fullmatch(_CONFIG_KEY_FMT, value):
-        errs.append(
-            _regex_error(
-                "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
-                _CONFIG_KEY_FMT,
-                "key.name",
-                "KEY_NAME",
-                "key-name",
-            )
-        )
-    if value == ".":
-        errs.append("must not be '.'")
-    elif value == "..":
-        errs.append("must not be '..'")
-    elif value.startswith(".."):
-        errs.append("must not start with '..'")
-    return errs
+# Length limits here are counted and worded in characters (selectors counts bytes; see NameSyntax).
+_NAMES: Final = NameSyntax("characters")
+dns1123_label: Final = _NAMES.dns1123_label
+dns1123_subdomain: Final = _NAMES.dns1123_subdomain
+dns1035_label: Final = _NAMES.dns1035_label
+qualified_name: Final = _NAMES.qualified_name
+label_value: Final = _NAMES.label_value
+config_map_key: Final = _NAMES.config_map_key
 
 
 def _mask_trailing_dash(name: str) -> str:
