@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 # Labels and taints fleetval writes carry its own prefix.
 LABEL_PREFIX = "fleetval.io/"
@@ -64,3 +64,11 @@ class Backend(NodeActions, Protocol):
 
     def list_nodes(self) -> list[NodeInfo]: ...
     def run_probes(self, specs: Sequence[Any]) -> list[ProbeOutput]: ...
+
+
+@runtime_checkable
+class DeclaresFabrics(Protocol):
+    """Optional: a backend that knows the fabric each hardware profile declares (the simulator,
+    from its fleet spec). On a cluster the `fleetval.io/fabric` node label says it instead."""
+
+    def declared_fabric(self, profile: str) -> str | None: ...

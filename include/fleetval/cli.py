@@ -274,29 +274,23 @@ def cmd_sim_load(args: argparse.Namespace) -> int:
 
 
 def cmd_verdicts(args: argparse.Namespace) -> int:
-    from sqlalchemy import select
-
     from fleetval.store.engine import make_engine
-    from fleetval.store.models import Run
     from fleetval.store.repository import Store
 
     store = Store(make_engine(args.db))
-    with store.engine.connect() as conn:
-        query = select(Run.id, Run.run_key).order_by(Run.id.desc())
-        if args.run_key:
-            query = query.where(Run.run_key == args.run_key)
-        run = conn.execute(query.limit(1)).first()
+    run = store.find_run(args.run_key)
     if run is None:
         raise FleetvalError("no such run in the store" if args.run_key else "the store holds no runs yet")
-    rows = store.verdicts(run.id)
+    run_id, run_key = run
+    rows = store.verdicts(run_id)
     if args.format == "json":
-        _emit({"run_id": run.id, "run_key": run.run_key, "verdicts": [_verdict_json(v) for v in rows]})
+        _emit({"run_id": run_id, "run_key": run_key, "verdicts": [_verdict_json(v) for v in rows]})
         return 0
     shown = [r for r in rows if args.all or r["criterion"] != "D-DEV-04" or r["result"] != "pass"]
     header = ("subject", "criterion", "result", "action")
     table = [header] + [(r["subject"], r["criterion"], r["result"], r["action"]) for r in shown]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    print(f"run {run.run_key}")
+    print(f"run {run_key}")
     for row in table:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     counts: dict[str, int] = {}

@@ -1,4 +1,5 @@
-"""Tasks of `xid_remediation`: each pulls its context once and calls fleetval.suites.xid."""
+"""Tasks of `xid_remediation`: each pulls its context once and calls fleetval.suites.xid (the
+decisions) or fleetval.store.xid_inbox (claiming the inbox rows)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def claim_xid_lines() -> dict[str, Any]:
     """Claim the Xid lines this run was triggered for (all pending ones on a manual run)."""
     from airflow.sdk.configuration import conf
 
-    from fleetval.suites import xid
+    from fleetval.store import xid_inbox
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -53,7 +54,7 @@ def claim_xid_lines() -> dict[str, Any]:
         backend=config.backend_name(),
         meta={"dry_run": bool(ctx["params"]["dry_run"]), "dispatch_ids": dispatch_ids},
     )
-    claimed = xid.claim(
+    claimed = xid_inbox.claim(
         store.engine,
         run_id,
         dispatch_ids=dispatch_ids or None,
@@ -69,13 +70,14 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
 
     One task for every claimed node: cordoning is the latency-critical step, so it does not wait
     for a mapped task per node to be scheduled."""
+    from fleetval.store import xid_inbox
     from fleetval.suites import xid
     from fleetval_airflow import config
 
     ctx = get_current_context()
     params = ctx["params"]
     store = config.store()
-    claimed = xid.claimed_lines(store.engine, claim["fv_run"])
+    claimed = xid_inbox.claimed_lines(store.engine, claim["fv_run"])
     outcomes = xid.decide_and_cordon(
         store,
         config.backend(),

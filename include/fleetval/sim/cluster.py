@@ -123,6 +123,11 @@ class SimCluster:
                 for r in conn.execute(query)
             ]
 
+    def declared_fabric(self, profile: str) -> str | None:
+        """The fabric the fleet spec declares for `profile` (DeclaresFabrics); None if unknown."""
+        found = self.spec.profiles.get(profile)
+        return found.fabric if found is not None else None
+
     def gpu_uuids(self, node: str) -> list[str]:
         profile = self.spec.profile_of(node)
         return [gpu_uuid(self.spec.seed, node, i) for i in range(profile.gpus)]

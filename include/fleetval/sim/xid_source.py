@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from fleetval.parsers.xid import normalize_pci
 from fleetval.sim.cluster import SimCluster, gpu_pci
 from fleetval.sim.xid_output import render_xid_lines
-from fleetval.suites.xid import receive_lines
+from fleetval.store.xid_inbox import receive_lines
 
 
 def xid_lines(

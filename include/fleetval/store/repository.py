@@ -174,6 +174,15 @@ class Store:
             conn.execute(stmt.on_conflict_do_nothing(index_elements=["run_key"]))
             return int(conn.execute(select(Run.id).where(Run.run_key == run_key)).scalar_one())
 
+    def find_run(self, run_key: str | None = None) -> tuple[int, str] | None:
+        """(id, run_key) of the run with this key, or of the latest run when no key is given."""
+        query = select(Run.id, Run.run_key).order_by(Run.id.desc())
+        if run_key:
+            query = query.where(Run.run_key == run_key)
+        with self.engine.connect() as conn:
+            row = conn.execute(query.limit(1)).first()
+        return (int(row.id), str(row.run_key)) if row is not None else None
+
     def run_id(self, run_key: str) -> int | None:
         with self.engine.connect() as conn:
             found = conn.execute(select(Run.id).where(Run.run_key == run_key)).scalar_one_or_none()

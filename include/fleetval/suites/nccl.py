@@ -52,7 +52,7 @@ from typing import Any, Final
 import pandas as pd
 
 from fleetval import criteria
-from fleetval.backends import Backend, NodeActions, NodeInfo
+from fleetval.backends import Backend, DeclaresFabrics, NodeActions, NodeInfo
 from fleetval.baselines.nccl import REQUIRED_COLUMNS, BaselineError, BaselineStats, compute_baseline
 from fleetval.errors import ParseError
 from fleetval.judges.nccl import ACTIONS, NcclBaseline, judge_nccl_repeats, judge_nccl_run
@@ -60,7 +60,6 @@ from fleetval.k8s.specs import ProbeSpec, nccl_probe, nccl_subject
 from fleetval.parsers.nccl import NcclRun, parse_nccl
 from fleetval.planning.nccl_pairs import IsolationResult, locate_bad_nodes
 from fleetval.records import Result, Verdict, worst
-from fleetval.sim.spec import FleetSpec
 from fleetval.store import nccl_queries
 from fleetval.store.repository import MeasurementIn, Store
 from fleetval.suites import device
@@ -122,14 +121,14 @@ def pending_upgrade_nodes(nodes: Iterable[NodeInfo]) -> dict[str, str]:
 
 
 def expected_fabric(backend: object, node: NodeInfo) -> str | None:
-    """The fabric a node's profile declares: the `fleetval.io/fabric` label, else the simulated
-    fleet's profile; None when nobody declared it (the transport verdict is then inconclusive)."""
+    """The fabric a node's profile declares: the `fleetval.io/fabric` label, else what a backend
+    that declares fabrics (the simulator) says for the profile; None when nobody declared it (the
+    transport verdict is then inconclusive)."""
     label = node.labels.get(FABRIC_LABEL)
     if label in ("ib", "roce"):
         return label
-    spec = getattr(backend, "spec", None)
-    if isinstance(spec, FleetSpec) and node.profile in spec.profiles:
-        return spec.profiles[node.profile].fabric
+    if isinstance(backend, DeclaresFabrics):
+        return backend.declared_fabric(node.profile)
     return None
 
 

@@ -2,7 +2,7 @@
 → return to service or quarantine, within a circuit breaker, with time-to-cordon recorded.
 
 Flow, one function per step so the `xid_remediation` DAG and `fleetval sim run --suite xid`
-share it:
+share it (steps 1–3 are inbox persistence, in `fleetval.store.xid_inbox`; 4–5 are here):
 
 1. `receive_lines` — a source appends kernel lines to the `xid_inbox` (the raw evidence; never
    deleted). Sources: the simulator, or node-problem-detector Events on a cluster.
@@ -18,14 +18,10 @@ share it:
 from __future__ import annotations
 
 import datetime as dt
-import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-
-from sqlalchemy import Engine, and_, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from fleetval.backends import MAINTENANCE_TAINT, Backend, NodeActions, NodeInfo
 from fleetval.judges.xid import judge_xid
@@ -35,14 +31,11 @@ from fleetval.policy.blast_radius import ActionBudget
 from fleetval.policy.xid_table import XID_TABLE_VERSION, NodeAction
 from fleetval.records import Result, Verdict
 from fleetval.remediation import PlannedAction, apply_actions
-from fleetval.store.models import XidInbox
+from fleetval.store import xid_inbox
 from fleetval.store.repository import ProbeIn, Store
 from fleetval.suites import device
 
 REMEDIATION_LABEL: Final = "fleetval.io/xid-remediation"
-# A dispatched batch whose run never claimed it (triggerer died between reserving and firing)
-# is handed to the next run after this long.
-STALE_DISPATCH: Final = dt.timedelta(minutes=10)
 GATE: Final = "post-xid"
 LEVEL: Final = 3
 
@@ -78,99 +71,6 @@ class CordonOutcome:
         }
 
 
-# --- inbox ----------------------------------------------------------------------------------
-def receive_lines(engine: Engine, rows: Sequence[tuple[str, str, str, str]], *, at: dt.datetime) -> int:
-    """Append (source_key, node, line, source) rows; a row already received is ignored."""
-    if not rows:
-        return 0
-    values = [
-        {"source_key": k, "node": n, "line": line, "source": s, "received_at": at} for k, n, line, s in rows
-    ]
-    with engine.begin() as conn:
-        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(XidInbox).on_conflict_do_nothing(index_elements=["source_key"])
-        return int(conn.execute(stmt, values).rowcount or 0)
-
-
-def dispatch_pending(engine: Engine, *, now: dt.datetime) -> dict[str, Any] | None:
-    """Reserve every undispatched (or stale-dispatched, unclaimed) row for one run."""
-    dispatch_id = uuid.uuid4().hex
-    with engine.begin() as conn:
-        result = conn.execute(
-            update(XidInbox)
-            .where(XidInbox.claimed_run_id.is_(None), _pending_or_stale(now))
-            .values(dispatch_id=dispatch_id, dispatched_at=now)
-        )
-        if not result.rowcount:
-            return None
-        nodes = conn.execute(
-            select(XidInbox.node).where(XidInbox.dispatch_id == dispatch_id).distinct()
-        ).all()
-    return {"dispatch_id": dispatch_id, "lines": int(result.rowcount), "nodes": len(nodes)}
-
-
-def _pending_or_stale(now: dt.datetime) -> Any:
-    return or_(
-        XidInbox.dispatch_id.is_(None),
-        and_(XidInbox.dispatched_at.is_not(None), XidInbox.dispatched_at < now - STALE_DISPATCH),
-    )
-
-
-def claim(
-    engine: Engine, run_id: int, *, dispatch_ids: Sequence[str] | None, now: dt.datetime, max_nodes: int
-) -> dict[str, list[str]]:
-    """Take this run's rows, at most `max_nodes` nodes (the rest wait for the next run, which
-    keeps a run under max_map_length); returns node → lines in arrival order. Idempotent: rows
-    this run already claimed are returned again."""
-    with engine.begin() as conn:
-        unclaimed = XidInbox.claimed_run_id.is_(None)
-        if dispatch_ids is None:
-            scope = and_(unclaimed, _pending_or_stale(now))
-        else:
-            scope = and_(unclaimed, XidInbox.dispatch_id.in_(list(dispatch_ids)))
-        nodes = [
-            n
-            for (n,) in conn.execute(
-                select(XidInbox.node)
-                .where(scope)
-                .group_by(XidInbox.node)
-                .order_by(XidInbox.node)
-                .limit(max_nodes)
-            )
-        ]
-        if nodes:
-            conn.execute(
-                update(XidInbox).where(scope, XidInbox.node.in_(nodes)).values(claimed_run_id=run_id)
-            )
-    return claimed_lines(engine, run_id)
-
-
-def claimed_lines(engine: Engine, run_id: int) -> dict[str, list[str]]:
-    """node → the lines run `run_id` claimed, in arrival order."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(XidInbox.node, XidInbox.line)
-            .where(XidInbox.claimed_run_id == run_id)
-            .order_by(XidInbox.id)
-        ).all()
-    claimed: dict[str, list[str]] = defaultdict(list)
-    for node, line in rows:
-        claimed[node].append(line)
-    return dict(claimed)
-
-
-def first_received(engine: Engine, run_id: int) -> dict[str, dt.datetime]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(XidInbox.node, XidInbox.received_at).where(XidInbox.claimed_run_id == run_id)
-        )
-        out: dict[str, dt.datetime] = {}
-        for node, at in rows:
-            at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
-            out[node] = min(out.get(node, at), at)
-        return out
-
-
 # --- decide and cordon ----------------------------------------------------------------------
 def decide_and_cordon(
     store: Store,
@@ -186,7 +86,7 @@ def decide_and_cordon(
     """Judge each node's Xid lines and cordon where the table says so, within the breaker."""
     inventory = {n.name: n for n in backend.list_nodes()}
     racks = Counter(n.rack for n in inventory.values())
-    received = first_received(store.engine, run_id)
+    received = xid_inbox.first_received(store.engine, run_id)
     store.ingest(
         run_id,
         [
@@ -386,7 +286,7 @@ def run_remediation(
     run_id = store.ensure_run(
         run_key, suite="xid", backend=backend.name, fleet=fleet, meta={"dry_run": dry_run}
     )
-    claimed = claim(store.engine, run_id, dispatch_ids=None, now=now, max_nodes=max_nodes)
+    claimed = xid_inbox.claim(store.engine, run_id, dispatch_ids=None, now=now, max_nodes=max_nodes)
     outcomes = decide_and_cordon(
         store,
         backend,

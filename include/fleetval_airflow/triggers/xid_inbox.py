@@ -35,7 +35,7 @@ def _engine(url: str) -> Any:
 
 def copy_npd_events(engine: Any, core_v1: Any) -> int:
     """Node-problem-detector Events (one per kernel line it matched) → inbox rows."""
-    from fleetval.suites.xid import receive_lines
+    from fleetval.store.xid_inbox import receive_lines
 
     events = core_v1.list_event_for_all_namespaces(field_selector=f"reason={NPD_REASON}")
     rows = []
@@ -81,7 +81,7 @@ class XidInboxTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow.sdk.bases.hook import BaseHook
 
-        from fleetval.suites.xid import dispatch_pending
+        from fleetval.store.xid_inbox import dispatch_pending
         from fleetval_airflow.config import url_from_connection
 
         conn = await BaseHook.aget_connection(self.conn_id)

@@ -10,6 +10,7 @@ import pytest
 from fleetval.sim.cluster import SimCluster
 from fleetval.sim.spec import load_fleet_spec
 from fleetval.sim.xid_source import inject
+from fleetval.store import xid_inbox
 from fleetval.store.repository import Store
 from fleetval.suites import xid
 from tests.paths import DEMO_FLEET
@@ -24,26 +25,30 @@ def cluster(store: Store) -> SimCluster:
 
 def test_dispatch_then_claim_is_exactly_once(store: Store, cluster: SimCluster) -> None:
     inject(cluster, [("r01-n01", 79, 0, 1)], at=NOW, tag="a")
-    first = xid.dispatch_pending(store.engine, now=NOW)
+    first = xid_inbox.dispatch_pending(store.engine, now=NOW)
     assert first is not None
     assert first["nodes"] == 1
-    assert xid.dispatch_pending(store.engine, now=NOW) is None  # nothing new
+    assert xid_inbox.dispatch_pending(store.engine, now=NOW) is None  # nothing new
     inject(cluster, [("r01-n01", 79, 0, 1)], at=NOW, tag="a")  # the same delivery again: ignored
-    assert xid.dispatch_pending(store.engine, now=NOW) is None
+    assert xid_inbox.dispatch_pending(store.engine, now=NOW) is None
     inject(cluster, [("r02-n01", 48, 3, 2)], at=NOW, tag="b")
-    second = xid.dispatch_pending(store.engine, now=NOW)
+    second = xid_inbox.dispatch_pending(store.engine, now=NOW)
     assert second is not None
 
     run_a = store.ensure_run("a", suite="xid", backend="sim")
     run_b = store.ensure_run("b", suite="xid", backend="sim")
-    claimed_a = xid.claim(store.engine, run_a, dispatch_ids=[first["dispatch_id"]], now=NOW, max_nodes=10)
-    claimed_b = xid.claim(store.engine, run_b, dispatch_ids=[second["dispatch_id"]], now=NOW, max_nodes=10)
+    claimed_a = xid_inbox.claim(
+        store.engine, run_a, dispatch_ids=[first["dispatch_id"]], now=NOW, max_nodes=10
+    )
+    claimed_b = xid_inbox.claim(
+        store.engine, run_b, dispatch_ids=[second["dispatch_id"]], now=NOW, max_nodes=10
+    )
     assert list(claimed_a) == ["r01-n01"]
     assert list(claimed_b) == ["r02-n01"]
     assert len(claimed_b["r02-n01"]) == 3  # GPU-at-PCI line + 2 Xid lines
     # Claiming again returns the same rows; nobody else gets them.
     assert (
-        xid.claim(store.engine, run_a, dispatch_ids=[first["dispatch_id"]], now=NOW, max_nodes=10)
+        xid_inbox.claim(store.engine, run_a, dispatch_ids=[first["dispatch_id"]], now=NOW, max_nodes=10)
         == claimed_a
     )
 
@@ -52,13 +57,13 @@ def test_claim_caps_nodes_per_run_and_stale_dispatches_are_reclaimed(
     store: Store, cluster: SimCluster
 ) -> None:
     inject(cluster, [(f"r01-n0{i}", 13, 0, 1) for i in range(1, 6)], at=NOW, tag="c")
-    assert xid.dispatch_pending(store.engine, now=NOW) is not None  # its run never comes
+    assert xid_inbox.dispatch_pending(store.engine, now=NOW) is not None  # its run never comes
     run = store.ensure_run("late", suite="xid", backend="sim")
-    assert xid.claim(store.engine, run, dispatch_ids=None, now=NOW, max_nodes=2) == {}  # not stale yet
-    later = NOW + xid.STALE_DISPATCH + dt.timedelta(seconds=1)
-    assert len(xid.claim(store.engine, run, dispatch_ids=None, now=later, max_nodes=2)) == 2
+    assert xid_inbox.claim(store.engine, run, dispatch_ids=None, now=NOW, max_nodes=2) == {}  # not stale yet
+    later = NOW + xid_inbox.STALE_DISPATCH + dt.timedelta(seconds=1)
+    assert len(xid_inbox.claim(store.engine, run, dispatch_ids=None, now=later, max_nodes=2)) == 2
     run2 = store.ensure_run("late2", suite="xid", backend="sim")
-    assert len(xid.claim(store.engine, run2, dispatch_ids=None, now=later, max_nodes=10)) == 3
+    assert len(xid_inbox.claim(store.engine, run2, dispatch_ids=None, now=later, max_nodes=10)) == 3
 
 
 def test_busy_node_waits_for_its_job_before_r3(store: Store, cluster: SimCluster) -> None:
@@ -85,9 +90,7 @@ def test_busy_node_waits_for_its_job_before_r3(store: Store, cluster: SimCluster
 
 
 def test_unreadable_xid_line_is_inconclusive_not_dropped(store: Store, cluster: SimCluster) -> None:
-    from fleetval.suites.xid import receive_lines
-
-    receive_lines(
+    xid_inbox.receive_lines(
         store.engine,
         [("k1", "r01-n05", "2026-11-29T12:00:00+00:00 r01-n05 kernel: NVRM: Xid (PCI:garbage", "test")],
         at=NOW,
