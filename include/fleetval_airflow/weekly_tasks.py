@@ -20,11 +20,16 @@ def _run_key() -> str:
 
 @task
 def start_run() -> int:
-    """Create (or find, on a retry) the fleetval run for this DAG run; keep its parameters."""
+    """Create (or find, on a retry) the fleetval run for this DAG run; keep its parameters.
+
+    Failed probe pods are kept for forensics, but only the newest few: older ones are pruned here."""
     from fleetval_airflow import config
 
     ctx = get_current_context()
     params = dict(ctx["params"])
+    pruned = config.kube().prune_failed_probe_pods(config.settings().namespace)
+    if pruned:
+        print(f"pruned {len(pruned)} old failed probe pods")
     return config.store().ensure_run(
         _run_key(),
         suite="weekly",

@@ -1,5 +1,5 @@
 """The cluster as fleetval reads and changes it, through the Kubernetes API: the GPU node
-inventory and the node operations (cordon, labels, taints).
+inventory, the node operations (cordon, labels, taints), and the pruning of failed probe pods.
 
 One implementation for every cluster — a customer's, or the simulated one `fleetval sim serve`
 serves — over the `kubernetes` client's CoreV1Api (the Airflow adapters hand in the provider
@@ -30,6 +30,8 @@ GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 PAGE: Final = 500
 CONFLICT_RETRIES: Final = 8
+PROBE_POD_SELECTOR: Final = "app.kubernetes.io/part-of=fleetval,fleetval.io/probe"
+KEEP_FAILED_PODS: Final = 50
 
 
 class NodeUpdateError(FleetvalError):
@@ -100,6 +102,31 @@ class KubeCluster:
             token = page.metadata._continue
             if not token:
                 return items
+
+    # --- probe pods -----------------------------------------------------------------------------
+    def prune_failed_probe_pods(self, namespace: str, *, keep: int = KEEP_FAILED_PODS) -> list[str]:
+        """Delete all but the newest `keep` failed probe pods (kept for forensics, but bounded);
+        returns the names deleted."""
+        failed = self._paged(
+            lambda token: self.core.list_namespaced_pod(
+                namespace,
+                label_selector=PROBE_POD_SELECTOR,
+                field_selector="status.phase=Failed",
+                limit=PAGE,
+                _continue=token,
+            )
+        )
+        failed.sort(
+            key=lambda p: (p.metadata.creation_timestamp is None, p.metadata.creation_timestamp), reverse=True
+        )
+        doomed = [p.metadata.name for p in failed[keep:]]
+        for name in doomed:
+            try:
+                self.core.delete_namespaced_pod(name, namespace)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone is what we wanted
+                    raise
+        return doomed
 
     # --- node operations (idempotent) ---------------------------------------------------------
     def cordon(self, node: str) -> None:

@@ -318,3 +318,19 @@ def test_unauthenticated_requests_are_refused(kube: SimKube) -> None:
     assert denied.value.code == 401
     with urllib.request.urlopen(f"{kube.server.url}/version") as response:
         assert json.loads(response.read())["major"] == "1"
+
+
+def test_failed_probe_pods_are_kept_but_bounded(kube: SimKube) -> None:
+    core = kube.core
+    for i in range(5):
+        body = pod(f"probe-{i}", "r01-n08", args=["exit 3"])
+        body["metadata"]["labels"] = {"app.kubernetes.io/part-of": "fleetval", "fleetval.io/probe": f"p{i}"}
+        core.create_namespaced_pod(NS, body)
+        wait_phase(core, f"probe-{i}", {"Failed"})
+        time.sleep(1.01)  # creationTimestamp has second resolution
+    core.create_namespaced_pod(NS, pod("not-a-probe", "r01-n08", args=["exit 3"]))
+    wait_phase(core, "not-a-probe", {"Failed"})
+    pruned = KubeCluster(core).prune_failed_probe_pods(NS, keep=2)
+    assert sorted(pruned) == ["probe-0", "probe-1", "probe-2"]
+    left = {p.metadata.name for p in core.list_namespaced_pod(NS).items}
+    assert left == {"probe-3", "probe-4", "not-a-probe"}
