@@ -14,16 +14,14 @@ Event-driven: runs when new NVIDIA **Xid** kernel lines reach the fleetval Xid i
    **r3**: Pass → uncordon, Fail → `fleetval.io/quarantine` + taint.
 `dry_run` (shadow mode) records every decision and would-be action, touching no node.
 
-**Event source:** `XidInboxTrigger`, chosen by the environment variable `FLEETVAL_XID_SOURCE`
-(`inbox`, the default: the simulator or a log shipper; `npd`: node-problem-detector Events, see
-`deploy/node-problem-detector-xid.json`).
+**Event source:** `XidInboxTrigger`, chosen by the environment variable `FLEETVAL_XID_SOURCE`,
+read by the triggerer at run time (`inbox`, the default: the simulator or a log shipper; `npd`:
+node-problem-detector Events, see `deploy/node-problem-detector-xid.json`).
 **Triage:** a `fail` verdict is a finding; a failed `remediate_node` that is still retrying means
 the node still runs the job that hit the Xid. Owner: fleet-validation.
 """
 
 from __future__ import annotations
-
-import os
 
 from airflow.sdk import Asset, AssetWatcher, Param, dag
 
@@ -36,7 +34,7 @@ XID_INBOX = Asset(
     watchers=[
         AssetWatcher(
             name="xid_inbox_watcher",
-            trigger=XidInboxTrigger(poll_interval=1.0, source=os.environ.get("FLEETVAL_XID_SOURCE", "inbox")),
+            trigger=XidInboxTrigger(poll_interval=1.0),  # source: FLEETVAL_XID_SOURCE, at run time
         )
     ],
 )

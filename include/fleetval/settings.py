@@ -8,8 +8,8 @@
 - `FLEETVAL_KUEUE_QUEUE` (default `fleetval-validation`): Kueue LocalQueue for multi-node probes.
 - `FLEETVAL_PROBE_DEFERRABLE` (default `true`): probe tasks defer while their pod runs, holding
   no worker slot; `false` keeps them on the worker (for probes that end within seconds).
-- `FLEETVAL_XID_SOURCE` (default `sim`): where Xid lines come from, `sim` (the inbox table) or
-  `npd` (node-problem-detector Events).
+- `FLEETVAL_XID_SOURCE` (default `inbox`): where Xid lines come from, `inbox` (the inbox table,
+  filled by the simulator or a log shipper) or `npd` (node-problem-detector Events).
 
 Connections (`fleetval_db`, `kubernetes_default`) and Variables (`fleetval_xid_breaker`) are
 Airflow's; see the README's settings table.
@@ -26,7 +26,7 @@ from fleetval.k8s.specs import DCGM_IMAGE, NAMESPACE, NCCL_TESTS_IMAGE
 
 DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
 DEFAULT_KUEUE_QUEUE: Final = "fleetval-validation"
-XID_SOURCES: Final = ("sim", "npd")
+XID_SOURCES: Final = ("inbox", "npd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class Settings:
     dcgm_image: str = DCGM_IMAGE
     nccl_image: str = NCCL_TESTS_IMAGE
     kueue_queue: str = DEFAULT_KUEUE_QUEUE
-    xid_source: str = "sim"
+    xid_source: str = "inbox"
     probe_deferrable: bool = True
 
     @classmethod
@@ -48,7 +48,7 @@ class Settings:
             dcgm_image=env.get("FLEETVAL_DCGM_IMAGE") or DCGM_IMAGE,
             nccl_image=env.get("FLEETVAL_NCCL_IMAGE") or NCCL_TESTS_IMAGE,
             kueue_queue=env.get("FLEETVAL_KUEUE_QUEUE") or DEFAULT_KUEUE_QUEUE,
-            xid_source=env.get("FLEETVAL_XID_SOURCE") or "sim",
+            xid_source=env.get("FLEETVAL_XID_SOURCE") or "inbox",
             probe_deferrable=(env.get("FLEETVAL_PROBE_DEFERRABLE") or "true").lower()
             not in ("false", "0", "no"),
         )

@@ -56,11 +56,11 @@ class XidInboxTrigger(BaseEventTrigger):
         self,
         conn_id: str = "fleetval_db",
         poll_interval: float = 1.0,
-        source: str = "inbox",
+        source: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
-        if source not in ("inbox", "npd"):
+        if source not in (None, "inbox", "npd"):
             raise ValueError(f"source must be 'inbox' or 'npd', got {source!r}")
         self.conn_id = conn_id
         self.poll_interval = poll_interval
@@ -81,13 +81,16 @@ class XidInboxTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow.sdk.bases.hook import BaseHook
 
+        from fleetval.settings import Settings
         from fleetval.store.xid_inbox import dispatch_pending
         from fleetval_airflow.config import url_from_connection
 
         conn = await BaseHook.aget_connection(self.conn_id)
         engine = _engine(url_from_connection(conn))
         core_v1 = None
-        if self.source == "npd":
+        # None: FLEETVAL_XID_SOURCE, read here in the triggerer at run time, not when the DAG is parsed.
+        source = self.source or Settings.from_env().xid_source
+        if source == "npd":
             from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
             core_v1 = KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
