@@ -23,8 +23,12 @@ from __future__ import annotations
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag
 
+from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
 from fleetval_airflow import weekly_tasks
 from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
+
+# The budgets' defaults live with the budgets (the CLI uses the same ones).
+DIAGNOSIS, ACTION = DiagnosisBudget(), ActionBudget()
 
 
 @dag(
@@ -36,21 +40,21 @@ from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
     params={
         "dry_run": Param(False, type="boolean", title="Dry run (shadow mode): record actions, touch no node"),
         "max_fleet_fraction": Param(
-            0.10,
+            DIAGNOSIS.max_fleet_fraction,
             type="number",
             exclusiveMinimum=0,
             maximum=1,
             title="Most of the fleet under diagnosis at once",
         ),
         "max_rack_fraction": Param(
-            0.25,
+            DIAGNOSIS.max_rack_fraction,
             type="number",
             exclusiveMinimum=0,
             maximum=1,
             title="Most of one rack under diagnosis (or acted on) at once",
         ),
         "max_action_fraction": Param(
-            0.05,
+            ACTION.max_fleet_fraction,
             type="number",
             exclusiveMinimum=0,
             maximum=1,

@@ -96,6 +96,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     from fleetval.store.repository import Store
 
     spec = load_fleet_spec(_read(args.fleet))
+    _default_budgets(args)
     engine = make_engine(args.db)
     upgrade(engine)
     if args.suite == "weekly":
@@ -127,6 +128,28 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         )
         return 0
     return _sim_nccl(args, store, cluster, run_key)
+
+
+def _default_budgets(args: argparse.Namespace) -> None:
+    """Fill the budgets not given with the defaults the suite's DAG uses."""
+    from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
+    from fleetval.suites.xid import XidBreaker
+
+    if args.suite == "xid":
+        breaker = XidBreaker()
+        defaults = {
+            "max_action_fraction": breaker.max_fleet_fraction,
+            "max_rack_fraction": breaker.max_rack_fraction,
+        }
+    else:
+        defaults = {
+            "max_fleet_fraction": DiagnosisBudget().max_fleet_fraction,
+            "max_rack_fraction": DiagnosisBudget().max_rack_fraction,
+            "max_action_fraction": ActionBudget().max_fleet_fraction,
+        }
+    for name in ("max_fleet_fraction", "max_rack_fraction", "max_action_fraction"):
+        if getattr(args, name) is None:
+            setattr(args, name, defaults.get(name, DiagnosisBudget().max_fleet_fraction))
 
 
 DEFER_MIN_TIME_SCALE = 0.2  # r2's 150 s × 0.2 = 30 s
@@ -426,9 +449,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument(
         "--time-scale", type=float, default=0.0, help="weekly: simulated tool run time × this (0: instant)"
     )
-    p_run.add_argument("--max-fleet-fraction", type=float, default=0.25)
-    p_run.add_argument("--max-rack-fraction", type=float, default=0.5)
-    p_run.add_argument("--max-action-fraction", type=float, default=0.25)
+    # Budgets default to the DAGs' own defaults for the suite (weekly: the diagnosis and action
+    # budgets; xid: the Xid breaker), so the CLI and the scheduled runs act alike.
+    p_run.add_argument(
+        "--max-fleet-fraction", type=float, help="weekly: most of the fleet under diagnosis at once"
+    )
+    p_run.add_argument("--max-rack-fraction", type=float, help="most of one rack under diagnosis or acted on")
+    p_run.add_argument("--max-action-fraction", type=float, help="most of the fleet cordoned by one run")
     p_run.set_defaults(func=cmd_sim_run)
 
     p_serve = sim_sub.add_parser("serve", help="serve the simulated fleet as a Kubernetes API on 127.0.0.1")
