@@ -108,6 +108,9 @@ class LocalAirflow:
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(self.use_schedules),
             "FLEETVAL_PROBE_DEFERRABLE": "true" if self.deferrable_probes else "false",
             "AIRFLOW__API__PORT": str(self.port),
+            # Its own log-server ports: two local Airflows (a test and a demo) may run at once.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__API__BASE_URL": self.base,
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
