@@ -143,3 +143,41 @@ def test_criteria_doc_is_the_catalog() -> None:
     assert (ROOT / "docs" / "criteria.md").read_text() == criteria_markdown(), (
         "regenerate: fleetval criteria --format markdown > docs/criteria.md"
     )
+
+
+def test_sim_serve_serves_the_fleet_until_terminated(tmp_path: Path) -> None:
+    """`fleetval sim serve` prints where it serves, answers the real client, and stops on SIGTERM
+    with its state saved (a second start continues the same cluster)."""
+    import signal
+    import subprocess
+    import sys
+
+    from kubernetes import client, config
+
+    def serve() -> tuple[subprocess.Popen[str], dict[str, str]]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetval.cli", "sim", "serve", str(DEMO), "--state-dir", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "}\n":
+            lines.append(proc.stdout.readline())
+        return proc, json.loads("".join(lines))
+
+    proc, info = serve()
+    try:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=info["kubeconfig"]))
+        assert len(core.list_node().items) == 16
+        core.patch_node("r01-n01", {"spec": {"unschedulable": True}})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    proc, info = serve()
+    try:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=info["kubeconfig"]))
+        assert core.read_node("r01-n01").spec.unschedulable is True
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
