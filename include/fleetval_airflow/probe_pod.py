@@ -78,8 +78,6 @@ class StoreProbeOutput(KubernetesPodOperatorCallback):
 class ProbePodOperator(KubernetesPodOperator):
     """Run one fleetval probe (`probe`: a ProbeSpec as JSON) in run `fv_run` of the store."""
 
-    template_fields = KubernetesPodOperator.template_fields
-    # The node's name is the map index in the grid: one row per node.
     ui_color = "#d9ecf2"
 
     def __init__(self, *, probe: dict[str, Any], fv_run: int, **kwargs: Any) -> None:

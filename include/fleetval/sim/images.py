@@ -90,6 +90,7 @@ from fleetval.errors import ParseError, SpecError
 from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE
 from fleetval.parsers.nccl import normalize_collective, parse_nccl
 from fleetval.sim.dcgm_output import DCGM_VERSIONS, DcgmFault, render_dcgm
+from fleetval.sim.nccl_output import mpirun_abort_lines
 from fleetval.sim.nccl_probe import nccl_run
 from fleetval.sim.spec import FleetSpec
 
@@ -789,22 +790,7 @@ _MPIRUN_FOOTER: Final = (
 
 
 def _mpirun_failure(rng: random.Random, exit_code: int) -> str:
-    return "\n".join(
-        [
-            "-------------------------------------------------------",
-            "Primary job  terminated normally, but 1 process returned",
-            "a non-zero exit code. Per user-direction, the job has been aborted.",
-            "-------------------------------------------------------",
-            "--------------------------------------------------------------------------",
-            "mpirun detected that one or more processes exited with non-zero status, thus causing",
-            "the job to be terminated. The first process to do so was:",
-            "",
-            f"  Process name: [[{rng.randint(1000, 65000)},1],0]",
-            f"  Exit code:    {exit_code}",
-            "--------------------------------------------------------------------------",
-            "",
-        ]
-    )
+    return "\n".join([*mpirun_abort_lines(rng, exit_code), ""])
 
 
 def _nccl_debug(text: str, level: str) -> str:

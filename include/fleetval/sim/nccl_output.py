@@ -341,19 +341,22 @@ def render_nccl_tests(
             out.append(f"{last}: Test timeout ({timeout_s}s) common.cu:378")
             out.append(f" .. {last} pid {pids[-1]}: Test failure common.cu:586")
         exit_code = 4
-    out.extend(
-        [
-            "-------------------------------------------------------",
-            "Primary job  terminated normally, but 1 process returned",
-            "a non-zero exit code. Per user-direction, the job has been aborted.",
-            "-------------------------------------------------------",
-            "--------------------------------------------------------------------------",
-            "mpirun detected that one or more processes exited with non-zero status, thus causing",
-            "the job to be terminated. The first process to do so was:",
-            "",
-            f"  Process name: [[{rng.randint(1000, 65000)},1],0]",
-            f"  Exit code:    {exit_code}",
-            "--------------------------------------------------------------------------",
-        ]
-    )
+    out.extend(mpirun_abort_lines(rng, exit_code))
     return "\n".join(out) + "\n"
+
+
+def mpirun_abort_lines(rng: random.Random, exit_code: int) -> list[str]:
+    """What OpenMPI's mpirun prints when a rank exits non-zero (the job is aborted)."""
+    return [
+        "-------------------------------------------------------",
+        "Primary job  terminated normally, but 1 process returned",
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        "-------------------------------------------------------",
+        "--------------------------------------------------------------------------",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "the job to be terminated. The first process to do so was:",
+        "",
+        f"  Process name: [[{rng.randint(1000, 65000)},1],0]",
+        f"  Exit code:    {exit_code}",
+        "--------------------------------------------------------------------------",
+    ]

@@ -125,6 +125,9 @@ class SimKubeCluster:
     _deleted: set[Key] = field(default_factory=set)
     _pending: set[Key] = field(default_factory=set)  # pods not yet bound to a node
     _active: set[Key] = field(default_factory=set)  # bound pods not yet terminal
+    # Keys of each resource in creation order: lists, scheduling and event trimming touch one
+    # resource, not every object of the cluster.
+    _by_resource: dict[str, dict[Key, None]] = field(default_factory=lambda: collections.defaultdict(dict))
     _event_seq: int = 0
     _name_seq: int = 0
 
@@ -160,6 +163,7 @@ class SimKubeCluster:
         for res_key, ns, name, body, sim in rows:
             key = (res_key, ns, name)
             self.objects[key] = body
+            self._by_resource[res_key][key] = None
             self.rv = max(self.rv, int(body["metadata"].get("resourceVersion", "0")))
             if sim.get("run"):
                 self.runs[key] = Run.from_json(sim["run"])
@@ -232,6 +236,7 @@ class SimKubeCluster:
         obj["apiVersion"] = res.api_version
         obj["kind"] = res.kind
         self.objects[key] = obj
+        self._by_resource[res.key][key] = None
         self._dirty.add(key)
         self._deleted.discard(key)
         self.changes.append(Change(self.rv, res.key, key[1], change, copy.deepcopy(obj)))
@@ -240,6 +245,7 @@ class SimKubeCluster:
 
     def _remove(self, res: Resource, key: Key) -> dict[str, Any]:
         obj = self.objects.pop(key)
+        self._by_resource[key[0]].pop(key, None)
         self.runs.pop(key, None)
         self._pending.discard(key)
         self._active.discard(key)
@@ -252,6 +258,13 @@ class SimKubeCluster:
 
     def _key(self, res: Resource, namespace: str, name: str) -> Key:
         return (res.key, namespace if res.namespaced else "", name)
+
+    def _existing(self, res: Resource, namespace: str, name: str) -> tuple[Key, dict[str, Any]]:
+        key = self._key(res, namespace, name)
+        current = self.objects.get(key)
+        if current is None:
+            raise self._not_found(res, name)
+        return key, current
 
     def _not_found(self, res: Resource, name: str) -> ApiError:
         return ApiError(
@@ -306,8 +319,10 @@ class SimKubeCluster:
         with self.lock:
             self._reconcile()
             items = []
-            for (res_key, ns, name), obj in sorted(self.objects.items()):
-                if res_key != res.key or (namespace and ns != namespace):
+            for key in sorted(self._by_resource[res.key]):
+                _res_key, ns, name = key
+                obj = self.objects[key]
+                if namespace and ns != namespace:
                     continue
                 if start_after and f"{ns}/{name}" <= start_after:
                     continue
@@ -384,10 +399,7 @@ class SimKubeCluster:
         obj, _ = self._validated(res, body, "Warn")
         with self.lock:
             self._reconcile()
-            key = self._key(res, namespace, name)
-            current = self.objects.get(key)
-            if current is None:
-                raise self._not_found(res, name)
+            key, current = self._existing(res, namespace, name)
             return self._update(res, key, current, obj, subresource)
 
     def patch(
@@ -402,10 +414,7 @@ class SimKubeCluster:
     ) -> dict[str, Any]:
         with self.lock:
             self._reconcile()
-            key = self._key(res, namespace, name)
-            current = self.objects.get(key)
-            if current is None:
-                raise self._not_found(res, name)
+            key, current = self._existing(res, namespace, name)
             try:
                 if content_type == "application/json-patch+json":
                     if not isinstance(patch, list):
@@ -510,13 +519,7 @@ class SimKubeCluster:
             obj["status"] = copy.deepcopy(current.get("status", {}))
         if res.kind == "Pod" and subresource != "status":
             self._check_pod_update(current, obj)
-        if obj == {
-            **current,
-            "metadata": {
-                **current["metadata"],
-                **{"resourceVersion": current["metadata"]["resourceVersion"]},
-            },
-        }:
+        if obj == current:
             return copy.deepcopy(current)  # a no-op update keeps the resourceVersion, as on a real server
         updated = self._put(res, obj, kind="MODIFIED")
         self._reconcile()
@@ -627,7 +630,7 @@ class SimKubeCluster:
                 self._progress(key, pod, now)
 
     def _schedule(self, now: float) -> None:
-        nodes = {k[2]: obj for k, obj in self.objects.items() if k[0] == "v1/nodes"}
+        nodes = {k[2]: self.objects[k] for k in self._by_resource["v1/nodes"]}
         on_node = self._pods_by_node()
         for key in sorted(self._pending):
             pod = self.objects.get(key)
@@ -785,14 +788,13 @@ class SimKubeCluster:
             return ()
         ns = pod["metadata"]["namespace"]
         workers = []
-        for (res_key, wns, _name), other in self.objects.items():
-            other_labels = other["metadata"].get("labels") or {}
+        for key in self._by_resource["v1/pods"]:
+            other_labels = self.objects[key]["metadata"].get("labels") or {}
             if (
-                res_key == "v1/pods"
-                and wns == ns
+                key[1] == ns
                 and other_labels.get("training.kubeflow.org/job-name") == job
                 and other_labels.get("training.kubeflow.org/job-role") == "worker"
-                and (run := self.runs.get((res_key, wns, _name))) is not None
+                and (run := self.runs.get(key)) is not None
             ):
                 workers.append(
                     (
@@ -997,10 +999,10 @@ class SimKubeCluster:
         self._put(by_kind("Event"), event)
 
     def _trim_events(self) -> None:
-        events = [k for k in self.objects if k[0] == "v1/events"]
-        if len(events) >= MAX_EVENTS:
-            for key in events[: len(events) - MAX_EVENTS + 1]:
-                self._remove(by_kind("Event"), key)
+        """Make room for one more event: the oldest go first, as events expire on a real cluster."""
+        events = self._by_resource["v1/events"]
+        while len(events) >= MAX_EVENTS:
+            self._remove(by_kind("Event"), next(iter(events)))
 
     def watch(
         self, res: Resource, namespace: str | None, opts: ListOptions, resource_version: str, timeout_s: float
@@ -1026,9 +1028,9 @@ class SimKubeCluster:
             if resource_version in ("", "0"):
                 since = self.rv
                 initial = [
-                    copy.deepcopy(o)
-                    for k, o in sorted(self.objects.items())
-                    if k[0] == res.key and wanted(o, k[1])
+                    copy.deepcopy(self.objects[k])
+                    for k in sorted(self._by_resource[res.key])
+                    if wanted(self.objects[k], k[1])
                 ]
             else:
                 since = int(resource_version) if resource_version.isdigit() else -1
@@ -1083,21 +1085,15 @@ def _requests(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def _qos_class(spec: dict[str, Any]) -> str:
-    containers = spec.get("containers", [])
-    if not any(
-        (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
-        for c in containers
-    ):
+    resources = [c.get("resources") or {} for c in spec.get("containers", [])]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
         return "BestEffort"
-    guaranteed = all(
-        (c.get("resources") or {}).get("limits", {}).get(r) is not None
-        and (c.get("resources") or {}).get("limits", {}).get(r)
-        == ((c.get("resources") or {}).get("requests") or {}).get(
-            r, (c.get("resources") or {}).get("limits", {}).get(r)
-        )
-        for c in containers
-        for r in ("cpu", "memory")
-    )
+
+    def pinned(r: dict[str, Any], name: str) -> bool:  # a limit, and a request (defaulting to it) equal to it
+        limit = (r.get("limits") or {}).get(name)
+        return limit is not None and (r.get("requests") or {}).get(name, limit) == limit
+
+    guaranteed = all(pinned(r, name) for r in resources for name in ("cpu", "memory"))
     return "Guaranteed" if guaranteed else "Burstable"
 
 
