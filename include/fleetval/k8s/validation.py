@@ -1269,6 +1269,11 @@ def check_custom(
         ) from None
     warnings = _unknown_outcome(crd.kind, api_version, walker.unknown, mode)
     meta = pruned.get("metadata") or {}
+    if not isinstance(meta, dict):  # the decoder fails on it before any schema is looked at
+        raise bad_request(
+            f"{crd.kind} in version {go_quote(version)} cannot be handled as a {crd.kind}: json: cannot "
+            f"unmarshal {_json_kind(meta)} into Go struct field {crd.kind}.metadata of type v1.ObjectMeta"
+        )
     errors = validate_object_meta(meta, dns1123_subdomain)
     structural = list(walker.errors)
     value_errors = [

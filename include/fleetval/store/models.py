@@ -195,8 +195,10 @@ class SimObject(Base):
     resource: Mapped[str] = mapped_column(String(128))  # "v1/pods", "kubeflow.org/v2beta1/mpijobs"
     namespace: Mapped[str] = mapped_column(String(253), default="")
     name: Mapped[str] = mapped_column(String(253))
-    body: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
-    sim: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    # JSON text, not JSONB: an API object may hold any JSON string, "\u0000" included, which
+    # PostgreSQL's JSONB refuses.
+    body: Mapped[str] = mapped_column(Text)
+    sim: Mapped[str] = mapped_column(Text, default="{}")
 
 
 class XidInbox(Base):

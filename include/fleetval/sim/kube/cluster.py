@@ -160,8 +160,9 @@ class SimKubeCluster:
             ).all()
         if not rows:
             return False
-        for res_key, ns, name, body, sim in rows:
+        for res_key, ns, name, body_text, sim_text in rows:
             key = (res_key, ns, name)
+            body, sim = json.loads(body_text), json.loads(sim_text)
             self.objects[key] = body
             self._by_resource[res_key][key] = None
             self.rv = max(self.rv, int(body["metadata"].get("resourceVersion", "0")))
@@ -202,8 +203,8 @@ class SimKubeCluster:
                             "resource": k[0],
                             "namespace": k[1],
                             "name": k[2],
-                            "body": self.objects[k],
-                            "sim": {"run": self.runs[k].to_json()} if k in self.runs else {},
+                            "body": json.dumps(self.objects[k]),
+                            "sim": json.dumps({"run": self.runs[k].to_json()} if k in self.runs else {}),
                         }
                         for k in dirty
                     ],
@@ -740,13 +741,16 @@ class SimKubeCluster:
             peers=self._peers(pod),
             shm_bytes=_shm_bytes(pod, container),
         )
-        result: ContainerResult = run_container(
-            str(container.get("image", "")),
-            list(container.get("command") or []),
-            list(container.get("args") or []),
-            ctx,
-            self.spec,
-        )
+        # A JSON null in a string list decodes to "" on a real server.
+        command = ["" if a is None else str(a) for a in container.get("command") or []]
+        args = ["" if a is None else str(a) for a in container.get("args") or []]
+        try:
+            result: ContainerResult = run_container(
+                str(container.get("image", "")), command, args, ctx, self.spec
+            )
+        except Exception as exc:  # a simulator bug fails this container, not the kubelet of every pod
+            message = f"fleetval-sim: the simulated runtime failed: {type(exc).__name__}: {exc}"
+            result = ContainerResult(message + "\n", 128, 0.0)
         # A process that never exits by itself (`sleep infinity`, a server) runs until deleted.
         took = result.duration_s * self.time_scale if math.isfinite(result.duration_s) else math.inf
         self.runs[key] = Run(node, gpus, now, now + took, result.output, result.exit_code)

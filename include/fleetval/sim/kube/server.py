@@ -16,6 +16,7 @@ import pathlib
 import secrets
 import threading
 import time
+import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
@@ -63,11 +64,14 @@ class KubeApiServer(ThreadingHTTPServer):
     def _tick(self) -> None:
         last_flush = time.monotonic()
         while not self._stop.wait(TICK_S):
-            with self.cluster.lock:
-                self.cluster._reconcile()
-                if time.monotonic() - last_flush >= FLUSH_EVERY_S:
-                    self.cluster._flush()
-                    last_flush = time.monotonic()
+            try:
+                with self.cluster.lock:
+                    self.cluster._reconcile()
+                    if time.monotonic() - last_flush >= FLUSH_EVERY_S:
+                        self.cluster._flush()
+                        last_flush = time.monotonic()
+            except Exception:  # keep the kubelets ticking; the next tick retries (a store blip)
+                traceback.print_exc()
 
     def kubeconfig(self, context: str | None = None) -> dict[str, Any]:
         name = context or f"fleetval-sim-{self.cluster.spec.name}"
@@ -150,6 +154,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(exc.code, exc.body)
         except (BrokenPipeError, ConnectionResetError):
             return
+        except Exception as exc:  # a simulator bug answers like the API server's InternalError
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            message = f"{type(exc).__name__}: {exc} ({pathlib.Path(where.filename).name}:{where.lineno})"
+            self._send_json(500, status_body(500, "InternalError", message))
 
     def do_GET(self) -> None:
         self._dispatch("GET")

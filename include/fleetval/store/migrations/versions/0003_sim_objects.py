@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
-
-_JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def upgrade() -> None:
@@ -27,8 +24,8 @@ def upgrade() -> None:
         sa.Column("resource", sa.String(length=128), nullable=False),
         sa.Column("namespace", sa.String(length=253), nullable=False),
         sa.Column("name", sa.String(length=253), nullable=False),
-        sa.Column("body", _JSON, nullable=False),
-        sa.Column("sim", _JSON, nullable=False),
+        sa.Column("body", sa.Text(), nullable=False),
+        sa.Column("sim", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sim_objects")),
         sa.UniqueConstraint("fleet", "resource", "namespace", "name", name=op.f("uq_sim_objects_fleet")),
     )
