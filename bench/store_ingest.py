@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from fleetval.judges.dcgm import judge_dcgm
 from fleetval.parsers.dcgm import parse_dcgm
-from fleetval.sim.cluster import gpu_uuid
 from fleetval.sim.dcgm_output import DcgmFault, render_dcgm
+from fleetval.sim.gpus import gpu_uuid
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import (

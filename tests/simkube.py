@@ -32,6 +32,10 @@ class SimKube:
         return client.CustomObjectsApi(self.api_client())
 
     @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api_client())
+
+    @property
     def cluster(self) -> KubeCluster:
         return KubeCluster(self.core)
 

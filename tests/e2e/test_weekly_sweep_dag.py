@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fleetval.sim.cluster import gpu_uuid
+from fleetval.sim.gpus import gpu_uuid
 from fleetval.sim.spec import load_fleet_spec
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
 from tests.paths import DEMO_FLEET

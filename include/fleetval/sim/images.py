@@ -90,6 +90,7 @@ from fleetval.errors import ParseError, SpecError
 from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE
 from fleetval.parsers.nccl import normalize_collective, parse_nccl
 from fleetval.sim.dcgm_output import DCGM_VERSIONS, DcgmFault, render_dcgm
+from fleetval.sim.gpus import gpu_uuid
 from fleetval.sim.nccl_output import mpirun_abort_lines
 from fleetval.sim.nccl_probe import nccl_run
 from fleetval.sim.spec import FleetSpec
@@ -332,6 +333,7 @@ class ContainerContext:
     salt: str  # pod uid: same pod → same bytes, a new pod measures anew
     peers: tuple[tuple[str, tuple[int, ...]], ...] = ()  # mpirun in an MPIJob launcher: workers
     shm_bytes: int | None = None  # size of /dev/shm (None = the 64 MiB default)
+    driver_version: str = ""  # the node's loaded driver ("" = its profile's; a driver upgrade changes it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,16 +392,21 @@ def dcgm_major(fleet: FleetSpec, node: str) -> int:
 
 
 def gpu_uuids(fleet: FleetSpec, node: str, indices: Sequence[int]) -> list[str]:
-    from fleetval.sim.cluster import gpu_uuid
-
     return [gpu_uuid(fleet.seed, node, i) for i in indices]
 
 
 def dcgm_report(
-    fleet: FleetSpec, node: str, level: int, *, gpu_indices: Sequence[int] | None = None, fmt: str = "json"
+    fleet: FleetSpec,
+    node: str,
+    level: int,
+    *,
+    gpu_indices: Sequence[int] | None = None,
+    fmt: str = "json",
+    driver_version: str = "",
 ) -> str:
     """What `dcgmi diag -r <level>` (`-j` when fmt="json") prints on `node`, seeing the GPUs in
-    `gpu_indices` (all of the node's when None) as 0..n-1 in index order, with their UUIDs."""
+    `gpu_indices` (all of the node's when None) as 0..n-1 in index order, with their UUIDs, on
+    `driver_version` (the profile's when "")."""
     profile = fleet.profile_of(node)
     indices = sorted(set(gpu_indices)) if gpu_indices is not None else list(range(profile.gpus))
     local = {physical: i for i, physical in enumerate(indices)}
@@ -410,7 +417,7 @@ def dcgm_report(
         level=level,
         gpu_count=len(indices),
         gpu_uuids=gpu_uuids(fleet, node, indices),
-        driver_version=profile.driver_version,
+        driver_version=driver_version or profile.driver_version,
         faults=faults,
         dcgm_major=dcgm_major(fleet, node),
         fmt=fmt,
@@ -680,9 +687,13 @@ def _run_dcgmi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> 
         out.out("Error: unable to establish a connection to the specified host: localhost\n")
         out.out("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
         return _DCGM_EXIT_NO_CONNECTION
-    node, gpus = proc.ctx.node, proc.ctx.gpu_indices
-    report = dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt=fmt)
-    as_json = report if fmt == "json" else dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt="json")
+    node, gpus, driver = proc.ctx.node, proc.ctx.gpu_indices, proc.ctx.driver_version
+    report = dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt=fmt, driver_version=driver)
+    as_json = (
+        report
+        if fmt == "json"
+        else dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt="json", driver_version=driver)
+    )
     proc.elapsed += DCGM_DIAG_SECONDS[level]
     out.out(report)
     return dcgm_exit_code(as_json)

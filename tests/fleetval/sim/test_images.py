@@ -16,7 +16,7 @@ from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE, dcgm_diag_probe, nc
 from fleetval.parsers.dcgm import parse_dcgm
 from fleetval.parsers.nccl import parse_nccl
 from fleetval.parsers.nvidia_smi import split_gpu_list
-from fleetval.sim.cluster import gpu_uuid
+from fleetval.sim.gpus import gpu_uuid
 from fleetval.sim.images import (
     DCGM_DIAG_SECONDS,
     IMAGES,

@@ -1,7 +1,19 @@
 """The simulated cluster behind `fleetval sim serve`: an object store with the API server's
-semantics (resourceVersion, conflicts, validation, selectors, paging, watch) and the controllers
-the product relies on — the scheduler, a kubelet per node (containers run through the image
-catalog, so a probe prints what the real tool would print on that node, faults included).
+semantics (resourceVersion, conflicts, validation, selectors, paging, watch, garbage collection of
+owned objects) and the controllers the product relies on — the scheduler, a kubelet per node
+(containers run through the image catalog, so a probe prints what the real tool would print on
+that node, faults included), the mpi-operator, the Job controller, a placeholder Kueue and the GPU
+Operator's driver upgrades (`fleetval.sim.kube.controllers`).
+
+A fresh cluster starts with the fleet's nodes, the namespaces `DEFAULT_NAMESPACES`, a Kueue
+LocalQueue `fleetval-validation` in `fleetval` (with its ClusterQueue and ResourceFlavor) and the
+GPU Operator's ClusterPolicy `cluster-policy` (driver auto-upgrade on).
+
+Deleting an object deletes what it owns (ownerReferences), as the garbage collector does: in the
+background by default, `Foreground` (the owner keeps a deletionTimestamp and the
+`foregroundDeletion` finalizer until its dependents are gone) or `Orphan` (the dependents lose
+the reference) when the request says so; a batch/v1 Job orphans its pods by default, as on a real
+server.
 
 Time: a container runs for its tool's nominal duration × `time_scale` (0 runs probes at once;
 the demo uses a small scale so runs can be watched). State is written to the store
@@ -30,8 +42,22 @@ from sqlalchemy import Engine, delete, insert, select
 from fleetval.k8s import scheduling
 from fleetval.k8s.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from fleetval.k8s.selectors import SelectorError, parse_field_selector, parse_label_selector
-from fleetval.k8s.validation import ApiError, check_custom, load_crds, status_body, validate_core
+from fleetval.k8s.validation import (
+    ApiError,
+    check_custom,
+    invalid_error,
+    load_crds,
+    not_supported,
+    status_body,
+    validate_core,
+)
 from fleetval.sim.images import ContainerContext, ContainerResult, run_container
+from fleetval.sim.kube import gpu_operator, kueue
+from fleetval.sim.kube.affinity import has_required_anti_affinity, inter_pod_affinity_reason
+from fleetval.sim.kube.controllers import run_controllers
+from fleetval.sim.kube.jobs import default_job, job_errors
+from fleetval.sim.kube.meta import TERMINAL, rfc3339, truncate_event
+from fleetval.sim.kube.mpi_operator import JOB_ROLE_LABEL
 from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
 from fleetval.sim.kube.resources import Resource, by_kind
 from fleetval.sim.spec import FleetSpec
@@ -41,7 +67,8 @@ DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node
 WATCH_LOG_SIZE: Final = 100_000
 MAX_EVENTS: Final = 50_000
 GPU: Final = "nvidia.com/gpu"
-TERMINAL: Final = frozenset({"Succeeded", "Failed"})
+PROPAGATION_POLICIES: Final = ("Foreground", "Background", "Orphan")
+FOREGROUND_FINALIZER: Final = "foregroundDeletion"
 UNKNOWN_FORMAT: Final = "the body of the request was in an unknown format - accepted media types include: "
 POD_MUTABLE_SPEC: Final = frozenset({"activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"})
 
@@ -49,7 +76,7 @@ Key = tuple[str, str, str]  # (resource key, namespace, name)
 
 
 def now_rfc3339(t: float | None = None) -> str:
-    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time() if t is None else t)
 
 
 def nano_rfc3339(t: float) -> str:
@@ -130,6 +157,18 @@ class SimKubeCluster:
     _by_resource: dict[str, dict[Key, None]] = field(default_factory=lambda: collections.defaultdict(dict))
     _event_seq: int = 0
     _name_seq: int = 0
+    # Controller state that is not API state: each node's loaded driver where an upgrade changed
+    # it (kept with the node in the store), the upgrade controller's waits, Jobs' start times to
+    # the sub-second, and events a controller reports once rather than on every pass.
+    node_drivers: dict[str, str] = field(default_factory=dict)
+    upgrade_timers: dict[tuple[str, str], float] = field(default_factory=dict)
+    job_started: dict[str, float] = field(default_factory=dict)
+    _emitted: set[tuple[str, str, str]] = field(default_factory=set)
+    _gc_pending: bool = False
+    _foreground: set[Key] = field(default_factory=set)  # owners waiting for their dependents
+    _reconciling: bool = False
+    _controllers_rv: int = -1
+    _controllers_due: float = 0.0
 
     # --- start ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -142,6 +181,11 @@ class SimKubeCluster:
             for node in fleet_nodes(self.spec):
                 node["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
                 self._put(by_kind("Node"), node)
+            for res, namespace, body in [
+                *kueue.bootstrap_objects(self.spec),
+                (by_kind("ClusterPolicy"), "", gpu_operator.cluster_policy(self.spec)),
+            ]:
+                self.insert(res, namespace, body)
             self._flush()
 
     def reset(self) -> None:
@@ -168,6 +212,11 @@ class SimKubeCluster:
             self.rv = max(self.rv, int(body["metadata"].get("resourceVersion", "0")))
             if sim.get("run"):
                 self.runs[key] = Run.from_json(sim["run"])
+            if sim.get("driver"):
+                self.node_drivers[name] = str(sim["driver"])
+            if FOREGROUND_FINALIZER in (body["metadata"].get("finalizers") or []):
+                self._foreground.add(key)  # its dependents' deletion goes on
+                self._gc_pending = True
             if res_key == "v1/pods" and body["status"].get("phase") not in TERMINAL:
                 (self._active if body["spec"].get("nodeName") else self._pending).add(key)
         return True
@@ -204,13 +253,21 @@ class SimKubeCluster:
                             "namespace": k[1],
                             "name": k[2],
                             "body": json.dumps(self.objects[k]),
-                            "sim": json.dumps({"run": self.runs[k].to_json()} if k in self.runs else {}),
+                            "sim": json.dumps(self._sim_state(k)),
                         }
                         for k in dirty
                     ],
                 )
         self._dirty.clear()
         self._deleted.clear()
+
+    def _sim_state(self, key: Key) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if key in self.runs:
+            state["run"] = self.runs[key].to_json()
+        if key[0] == "v1/nodes" and key[2] in self.node_drivers:
+            state["driver"] = self.node_drivers[key[2]]
+        return state
 
     # --- store primitives (lock held) ---------------------------------------------------------
     def _next_rv(self) -> str:
@@ -250,6 +307,9 @@ class SimKubeCluster:
         self.runs.pop(key, None)
         self._pending.discard(key)
         self._active.discard(key)
+        self._foreground.discard(key)
+        if key[0] != "v1/events":
+            self._gc_pending = True  # what it owned, if anything, goes next
         self._dirty.discard(key)
         self._deleted.add(key)
         obj["metadata"]["resourceVersion"] = self._next_rv()
@@ -344,64 +404,96 @@ class SimKubeCluster:
             }
 
     def create(
-        self, res: Resource, namespace: str, body: dict[str, Any], *, field_validation: str = "Warn"
+        self,
+        res: Resource,
+        namespace: str,
+        body: dict[str, Any],
+        *,
+        field_validation: str = "Warn",
+        dry_run: bool = False,
     ) -> tuple[dict[str, Any], list[str]]:
+        obj, warnings = self._validated(res, self._named(body), field_validation)
+        with self.lock:
+            self._reconcile()
+            if dry_run:
+                return copy.deepcopy(self._insert(res, namespace, obj, dry_run=True)), warnings
+            created = copy.deepcopy(self._insert(res, namespace, obj))
+            self._reconcile()
+            self._flush()
+            # A pod comes back as the scheduler left it; anything else as it was stored.
+            current = self.objects.get(self._key(res, namespace, created["metadata"]["name"]))
+            return copy.deepcopy(current) if res.kind == "Pod" and current else created, warnings
+
+    def _named(self, body: Any) -> Any:
         meta_in = body.get("metadata") if isinstance(body, dict) else None
         if isinstance(meta_in, dict) and not meta_in.get("name") and meta_in.get("generateName"):
             # The server names the object before validating it, so errors name it too.
             with self.lock:
                 name = str(meta_in["generateName"]) + self._suffix()
             body = {**body, "metadata": {**meta_in, "name": name}}
-        obj, warnings = self._validated(res, body, field_validation)
-        with self.lock:
-            self._reconcile()
-            meta = obj.setdefault("metadata", {})
-            if res.namespaced:
-                if meta.get("namespace") not in (None, "", namespace):
-                    raise ApiError(
-                        400,
-                        status_body(
-                            400,
-                            "BadRequest",
-                            "the namespace of the provided object does not match the namespace sent on the "
-                            "request",
-                        ),
-                    )
-                self._require_namespace(res, namespace)
-            key = self._key(res, namespace, meta["name"])
-            if key in self.objects:
+        return body
+
+    def _insert(
+        self, res: Resource, namespace: str, obj: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Store a validated new object (lock held): namespace and name checks, server-set metadata
+        and defaults; `dry_run`: all that, then return it unstored."""
+        meta = obj.setdefault("metadata", {})
+        if res.namespaced:
+            if meta.get("namespace") not in (None, "", namespace):
                 raise ApiError(
-                    409,
+                    400,
                     status_body(
-                        409,
-                        "AlreadyExists",
-                        f'{res.group_resource} "{meta["name"]}" already exists',
-                        kind=res.plural,
-                        name=meta["name"],
-                        group=res.group,
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace sent on the "
+                        "request",
                     ),
                 )
-            meta.pop("resourceVersion", None)
-            self._new_meta(obj, res.kind, namespace if res.namespaced else "")
-            if res.kind == "Pod":
-                self._default_pod(obj)
-            elif res.kind == "Event":
-                self._trim_events()
-            created = self._put(res, obj)
-            if res.kind == "Pod":
-                self._pending.add(key)
-                self._reconcile()
-            self._flush()
-            return copy.deepcopy(self.objects.get(key, created)), warnings
+            self._require_namespace(res, namespace)
+        key = self._key(res, namespace, meta["name"])
+        if key in self.objects:
+            raise ApiError(
+                409,
+                status_body(
+                    409,
+                    "AlreadyExists",
+                    f'{res.group_resource} "{meta["name"]}" already exists',
+                    kind=res.plural,
+                    name=meta["name"],
+                    group=res.group,
+                ),
+            )
+        meta.pop("resourceVersion", None)
+        self._new_meta(obj, res.kind, namespace if res.namespaced else "")
+        if res.kind == "Pod":
+            self._default_pod(obj)
+        elif res.kind == "Job":
+            default_job(obj)
+        elif res.kind == "Event" and not dry_run:
+            self._trim_events()
+        if dry_run:
+            return obj
+        created = self._put(res, obj)
+        if res.kind == "Pod":
+            self._pending.add(key)
+        return created
 
     def replace(
-        self, res: Resource, namespace: str, name: str, body: dict[str, Any], *, subresource: str = ""
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         obj, _ = self._validated(res, body, "Warn")
         with self.lock:
             self._reconcile()
             key, current = self._existing(res, namespace, name)
-            return self._update(res, key, current, obj, subresource)
+            return self._update(res, key, current, obj, subresource, dry_run=dry_run)
 
     def patch(
         self,
@@ -412,6 +504,7 @@ class SimKubeCluster:
         content_type: str,
         *,
         subresource: str = "",
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         with self.lock:
             self._reconcile()
@@ -453,27 +546,122 @@ class SimKubeCluster:
                     code, status_body(code, "BadRequest" if code == 400 else "Invalid", str(exc))
                 ) from None
             obj, _ = self._validated(res, patched, "Warn")
-            return self._update(res, key, current, obj, subresource)
+            return self._update(res, key, current, obj, subresource, dry_run=dry_run)
 
-    def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+    def delete(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Delete an object; what it owns goes by `propagation` (see the module doc)."""
+        if propagation is not None and propagation not in PROPAGATION_POLICIES:
+            raise invalid_error(
+                "DeleteOptions",
+                "",
+                [not_supported("propagationPolicy", propagation, PROPAGATION_POLICIES)],
+                group="meta.k8s.io",
+            )
         with self.lock:
             self._reconcile()
             key = self._key(res, namespace, name)
-            if key not in self.objects:
+            obj = self.objects.get(key)
+            if obj is None:
                 raise self._not_found(res, name)
-            obj = self.objects[key]
-            if res.kind == "Pod" and obj["status"].get("phase") not in TERMINAL:
-                obj["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock())
-                obj["metadata"]["deletionGracePeriodSeconds"] = 0
-            if res.kind == "Namespace":
-                for other in [k for k in self.objects if k[1] == name]:
-                    self._remove(_resource_of(other[0]), other)
-            removed = self._remove(res, key)
+            if dry_run:
+                return copy.deepcopy(obj)
+            # batch/v1 Jobs keep the old default of orphaning their pods (jobStrategy).
+            policy = propagation or ("Orphan" if res.kind == "Job" else "Background")
+            uid = str(obj["metadata"].get("uid") or "")
+            if policy == "Orphan":
+                for dependent_key in self._dependents(uid):
+                    dependent = copy.deepcopy(self.objects[dependent_key])
+                    refs = dependent["metadata"]["ownerReferences"]
+                    dependent["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                    if not dependent["metadata"]["ownerReferences"]:
+                        del dependent["metadata"]["ownerReferences"]
+                    self._put(_resource_of(dependent_key[0]), dependent, kind="MODIFIED")
+            elif policy == "Foreground" and self._dependents(uid):
+                if key not in self._foreground:
+                    marked = copy.deepcopy(obj)
+                    marked["metadata"].setdefault("deletionTimestamp", now_rfc3339(self.clock()))
+                    marked["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+                    finalizers = marked["metadata"].setdefault("finalizers", [])
+                    if FOREGROUND_FINALIZER not in finalizers:
+                        finalizers.append(FOREGROUND_FINALIZER)
+                    self._put(res, marked, kind="MODIFIED")
+                    self._foreground.add(key)
+                    self._gc_pending = True
+                self._flush()
+                return copy.deepcopy(self.objects[key])
+            removed = self._erase(res, key)
+            self._collect_garbage()
             self._flush()
             return copy.deepcopy(removed)
 
+    def _erase(self, res: Resource, key: Key) -> dict[str, Any]:
+        """Remove an object now (lock held); a namespace takes its objects along."""
+        obj = self.objects[key]
+        if res.kind == "Pod" and obj["status"].get("phase") not in TERMINAL:
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock())
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        if res.kind == "Namespace":
+            for other in [k for k in self.objects if k[1] == key[2]]:
+                self._remove(_resource_of(other[0]), other)
+        return self._remove(res, key)
+
+    def _dependents(self, uid: str) -> list[Key]:
+        """Keys of the objects with an owner reference to `uid` (events own nothing)."""
+        return [
+            key
+            for res_key, keys in self._by_resource.items()
+            if res_key != "v1/events"
+            for key in keys
+            if any(r.get("uid") == uid for r in self.objects[key]["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _collect_garbage(self) -> None:
+        """The garbage collector, after a deletion (lock held): an object whose owners are all gone
+        (or being deleted in the foreground) is deleted, one with a live owner left loses the
+        references to the others; a foreground-deleted owner goes once nothing it owns is left."""
+        while self._gc_pending:
+            self._gc_pending = False
+            live = {
+                str(self.objects[k]["metadata"].get("uid")): k
+                for res_key, keys in self._by_resource.items()
+                if res_key != "v1/events"
+                for k in keys
+            }
+            for key in [k for r, keys in self._by_resource.items() if r != "v1/events" for k in keys]:
+                obj = self.objects.get(key)
+                refs = (obj or {}).get("metadata", {}).get("ownerReferences") or []
+                gone = [r for r in refs if live.get(str(r.get("uid"))) in (None, *self._foreground)]
+                if obj is None or not gone:
+                    continue
+                if len(gone) == len(refs):
+                    self._erase(_resource_of(key[0]), key)
+                    continue
+                kept = copy.deepcopy(obj)
+                kept["metadata"]["ownerReferences"] = [r for r in refs if r not in gone]
+                self._put(_resource_of(key[0]), kept, kind="MODIFIED")
+            for key in sorted(self._foreground):
+                if key in self.objects and not self._dependents(
+                    str(self.objects[key]["metadata"].get("uid"))
+                ):
+                    self._remove(_resource_of(key[0]), key)
+
     def _update(
-        self, res: Resource, key: Key, current: dict[str, Any], obj: dict[str, Any], subresource: str
+        self,
+        res: Resource,
+        key: Key,
+        current: dict[str, Any],
+        obj: dict[str, Any],
+        subresource: str,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
         rv = meta.get("resourceVersion")
@@ -522,6 +710,16 @@ class SimKubeCluster:
             self._check_pod_update(current, obj)
         if obj == current:
             return copy.deepcopy(current)  # a no-op update keeps the resourceVersion, as on a real server
+        if dry_run:
+            return copy.deepcopy(
+                {
+                    **obj,
+                    "metadata": {
+                        **obj["metadata"],
+                        "resourceVersion": current["metadata"]["resourceVersion"],
+                    },
+                }
+            )
         updated = self._put(res, obj, kind="MODIFIED")
         self._reconcile()
         self._flush()
@@ -579,8 +777,12 @@ class SimKubeCluster:
                     f"API version ({res.api_version})",
                 ),
             )
-        if res.is_core:
-            return validate_core(body, field_validation=field_validation)
+        if res.builtin:
+            obj, warnings = validate_core(body, field_validation=field_validation)
+            if res.kind == "Job" and (errors := job_errors(obj)):
+                name = str(obj["metadata"].get("name") or "")
+                raise invalid_error("Job", name, errors, group="batch")
+            return obj, warnings
         crd = load_crds()[(res.group, res.plural)]
         return check_custom(body, crd, res.version, field_validation=field_validation)
 
@@ -617,22 +819,107 @@ class SimKubeCluster:
             self._flush()
 
     def _reconcile(self) -> None:
-        now = self.clock()
-        if self._pending:
-            self._schedule(now)
-        for key in sorted(self._active):
-            pod = self.objects.get(key)
-            if pod is None:
-                self._active.discard(key)
-                continue
-            if key not in self.runs:
-                self._start(key, pod, now)
-            else:
-                self._progress(key, pod, now)
+        if self._reconciling:
+            return  # a write made by a controller during a reconcile does not start another
+        self._reconciling = True
+        try:
+            now = self.clock()
+            self._collect_garbage()
+            # The controllers look again after any change, or when one of them has a wait ending.
+            if self.rv != self._controllers_rv or now >= self._controllers_due:
+                before = self.rv
+                self._controllers_due = run_controllers(self, now)
+                self._collect_garbage()
+                self._controllers_rv = before
+            if self._pending:
+                self._schedule(now)
+            # Workers before launchers: an MPIJob's mpirun reaches the workers started with it
+            # (mpirun retries its ssh connections while they come up).
+            for key in sorted(self._active, key=self._launchers_last):
+                pod = self.objects.get(key)
+                if pod is None:
+                    self._active.discard(key)
+                    continue
+                if key not in self.runs:
+                    self._start(key, pod, now)
+                else:
+                    self._progress(key, pod, now)
+        finally:
+            self._reconciling = False
+
+    def _launchers_last(self, key: Key) -> tuple[bool, Key]:
+        labels = (self.objects.get(key) or {}).get("metadata", {}).get("labels") or {}
+        return labels.get(JOB_ROLE_LABEL) == "launcher", key
+
+    # --- for the controllers (lock held) --------------------------------------------------------
+    def stored(self, res: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The objects of `res` (in `namespace` when given), oldest first. They are the store's own:
+        a controller changes a copy and hands it to `write`."""
+        return [
+            self.objects[k]
+            for k in list(self._by_resource[res.key])
+            if namespace is None or k[1] == namespace
+        ]
+
+    def lookup(self, res: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(self._key(res, namespace, name))
+
+    def insert(self, res: Resource, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an object as a client's create would (validated, defaulted); raises ApiError."""
+        obj, _ = self._validated(res, self._named(body), "Warn")
+        return self._insert(res, namespace, obj)
+
+    def write(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a changed copy of an object (a no-op when nothing changed); returns what is stored."""
+        meta = obj["metadata"]
+        key = self._key(res, meta.get("namespace", ""), meta["name"])
+        current = self.objects.get(key)
+        if current is None:
+            return obj  # deleted meanwhile: a controller's update would get 404 and drop it
+        obj = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
+        if obj == current:
+            return current
+        return self._put(res, obj, kind="MODIFIED")
+
+    def erase(self, res: Resource, obj: dict[str, Any]) -> None:
+        """Delete an object (and, through garbage collection, what it owns)."""
+        meta = obj["metadata"]
+        key = self._key(res, meta.get("namespace", ""), meta["name"])
+        if key in self.objects:
+            self._erase(res, key)
+
+    def emit(
+        self, obj: dict[str, Any], kind: str, reason: str, message: str, component: str, *, once: bool = False
+    ) -> None:
+        """An event about `obj` now; `once`: not again for the same object, reason and message (a
+        controller retrying the same failure on every pass)."""
+        if once:
+            seen = (str(obj["metadata"].get("uid") or ""), reason, message)
+            if seen in self._emitted:
+                return
+            self._emitted.add(seen)
+        self._event(obj, kind, reason, truncate_event(message), component, self.clock())
+
+    def node_driver(self, node: str) -> str:
+        """The driver loaded on `node`: its profile's until an upgrade loads another ("" for a
+        node the fleet spec does not have)."""
+        if node in self.node_drivers:
+            return self.node_drivers[node]
+        rack = self.spec.rack_of.get(node)
+        return self.spec.profiles[rack.profile].driver_version if rack else ""
+
+    def set_node_driver(self, node: str, version: str) -> None:
+        self.node_drivers[node] = version
+        self._dirty.add(("v1/nodes", "", node))
 
     def _schedule(self, now: float) -> None:
         nodes = {k[2]: self.objects[k] for k in self._by_resource["v1/nodes"]}
         on_node = self._pods_by_node()
+        anti = [(n, p) for n, pods in on_node.items() for p in pods if has_required_anti_affinity(p)]
+        namespace_labels = {
+            k[2]: {**(self.objects[k]["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": k[2]}
+            for k in self._by_resource["v1/namespaces"]
+        }
         for key in sorted(self._pending):
             pod = self.objects.get(key)
             if pod is None:
@@ -649,6 +936,11 @@ class SimKubeCluster:
             chosen = None
             for name in candidates:
                 why = scheduling.filter_node_reasons(pod, nodes[name], on_node.get(name, []))
+                if not why:  # InterPodAffinity filters last
+                    placed = inter_pod_affinity_reason(
+                        pod, nodes[name], nodes, on_node, namespace_labels, anti
+                    )
+                    why = (placed,) if placed else ()
                 if not why:
                     chosen = name
                     break
@@ -661,6 +953,8 @@ class SimKubeCluster:
                 continue
             self._bind(key, pod, chosen, now)
             on_node.setdefault(chosen, []).append(pod)
+            if has_required_anti_affinity(pod):
+                anti.append((chosen, pod))
 
     def _pods_by_node(self) -> dict[str, list[dict[str, Any]]]:
         by_node: dict[str, list[dict[str, Any]]] = {}
@@ -740,6 +1034,7 @@ class SimKubeCluster:
             salt=pod["metadata"]["uid"],
             peers=self._peers(pod),
             shm_bytes=_shm_bytes(pod, container),
+            driver_version=self.node_driver(node),
         )
         # A JSON null in a string list decodes to "" on a real server.
         command = ["" if a is None else str(a) for a in container.get("command") or []]

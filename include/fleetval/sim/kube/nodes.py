@@ -90,8 +90,25 @@ def node_object(spec: FleetSpec, name: str, rack: Rack, index: int) -> dict[str,
     }
 
 
+def driver_labels(version: str) -> dict[str, str]:
+    """GFD's labels for the loaded driver: `nvidia.com/cuda.driver-version.*` and the older
+    `nvidia.com/cuda.driver.*` (a driver upgrade rewrites them)."""
+    parts = version.split(".")
+    labels = {
+        "nvidia.com/cuda.driver-version.full": version,
+        "nvidia.com/cuda.driver-version.major": parts[0],
+        "nvidia.com/cuda.driver.major": parts[0],
+    }
+    if len(parts) > 1:
+        labels["nvidia.com/cuda.driver-version.minor"] = parts[1]
+        labels["nvidia.com/cuda.driver.minor"] = parts[1]
+    if len(parts) > 2:
+        labels["nvidia.com/cuda.driver-version.revision"] = parts[2]
+        labels["nvidia.com/cuda.driver.rev"] = parts[2]
+    return labels
+
+
 def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[str, str]:
-    driver = profile.driver_version.split(".")
     family = next((f for key, f in _GPU_FAMILY.items() if key in profile.gpu_product), None)
     labels = {
         "beta.kubernetes.io/arch": "amd64",
@@ -107,9 +124,7 @@ def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[st
         "nvidia.com/gpu.count": str(profile.gpus),
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
-        "nvidia.com/cuda.driver-version.full": profile.driver_version,
-        "nvidia.com/cuda.driver-version.major": driver[0],
-        "nvidia.com/cuda.driver.major": driver[0],
+        **driver_labels(profile.driver_version),
         "nvidia.com/mig.capable": "true",
         "nvidia.com/mig.config": "all-disabled",
         "nvidia.com/mig.config.state": "success",
@@ -117,12 +132,6 @@ def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[st
         "nvidia.com/fabric": profile.fabric,
         "fleetval.io/fabric": profile.fabric,
     }
-    if len(driver) > 1:
-        labels["nvidia.com/cuda.driver-version.minor"] = driver[1]
-        labels["nvidia.com/cuda.driver.minor"] = driver[1]
-    if len(driver) > 2:
-        labels["nvidia.com/cuda.driver-version.revision"] = driver[2]
-        labels["nvidia.com/cuda.driver.rev"] = driver[2]
     if profile.gpu_product in _GPU_MEMORY_MIB:
         labels["nvidia.com/gpu.memory"] = _GPU_MEMORY_MIB[profile.gpu_product]
     if family:

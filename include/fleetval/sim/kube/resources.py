@@ -1,5 +1,6 @@
-"""The API resources the simulated server serves: core v1 kinds and the custom resources of the
-upstream CRDs fleetval uses (MPIJob, Kueue, ClusterPolicy, NVIDIADriver)."""
+"""The API resources the simulated server serves: core v1 kinds, batch/v1 Jobs (the mpi-operator's
+launcher is one) and the custom resources of the upstream CRDs fleetval uses (MPIJob, Kueue,
+ClusterPolicy, NVIDIADriver)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ class Resource:
     def is_core(self) -> bool:
         return self.group == ""
 
+    @property
+    def builtin(self) -> bool:
+        """Validated against the Kubernetes OpenAPI schema (core and batch), not a CRD."""
+        return self.group in ("", "batch")
+
 
 CORE: Final = (
     Resource("", "v1", "pods", "Pod", True, strategic=True),
@@ -48,6 +54,7 @@ CORE: Final = (
     Resource("", "v1", "configmaps", "ConfigMap", True, strategic=True),
     Resource("", "v1", "secrets", "Secret", True, strategic=True),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, strategic=True),
+    Resource("batch", "v1", "jobs", "Job", True, strategic=True),
 )
 
 

@@ -3,10 +3,11 @@
 The real `kubernetes` client, the cncf.kubernetes provider's hook and the KubernetesPodOperator
 talk to it through an ordinary kubeconfig (plain HTTP on 127.0.0.1 with a bearer token). Served:
 `/version`, discovery (`/api`, `/apis`), core v1 (pods with `log` and `status`, nodes with
-`status`, events, namespaces, configmaps, secrets, serviceaccounts), and the custom resources of
-the upstream CRDs; get, list (label/field selectors, `limit`/`continue`), watch (newline-delimited
-JSON stream), create, replace, patch (JSON, merge, strategic merge), delete. Failures are `Status`
-bodies with the API server's codes and reasons.
+`status`, events, namespaces, configmaps, secrets, serviceaccounts), batch/v1 jobs, and the
+custom resources of the upstream CRDs; get, list (label/field selectors, `limit`/`continue`),
+watch (newline-delimited JSON stream), create, replace, patch (JSON, merge, strategic merge),
+delete (with DeleteOptions' propagationPolicy), any write with `dryRun=All`. Failures are
+`Status` bodies with the API server's codes and reasons.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 import yaml
 
-from fleetval.k8s.validation import KUBERNETES_VERSION, ApiError, status_body
+from fleetval.k8s.validation import KUBERNETES_VERSION, ApiError, invalid_error, not_supported, status_body
 from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster, nano_rfc3339
 from fleetval.sim.kube.resources import Resource, all_resources, find
 
@@ -222,6 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         cluster = self.server.cluster
         ns = namespace or ""
+        dry_run = method != "GET" and _dry_run(method, query)
         if name is None:
             if method == "GET":
                 opts = ListOptions(
@@ -239,7 +241,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if res.namespaced and namespace is None:
                     raise _method_not_allowed()
                 obj, warnings = cluster.create(
-                    res, ns, self._body(), field_validation=query.get("fieldValidation", "Warn")
+                    res,
+                    ns,
+                    self._body(),
+                    field_validation=query.get("fieldValidation", "Warn"),
+                    dry_run=dry_run,
                 )
                 headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
                 self._send_json(201, obj, headers)
@@ -253,13 +259,21 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             self._send_json(200, cluster.get(res, ns, name))
         elif method == "PUT":
-            self._send_json(200, cluster.replace(res, ns, name, self._body(), subresource=sub))
+            self._send_json(
+                200, cluster.replace(res, ns, name, self._body(), subresource=sub, dry_run=dry_run)
+            )
         elif method == "PATCH":
             content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            self._send_json(200, cluster.patch(res, ns, name, self._body(), content_type, subresource=sub))
+            patched = cluster.patch(
+                res, ns, name, self._body(), content_type, subresource=sub, dry_run=dry_run
+            )
+            self._send_json(200, patched)
         elif method == "DELETE":
-            self._body()  # DeleteOptions: read so the connection stays usable
-            self._send_json(200, cluster.delete(res, ns, name))
+            options = self._body()  # DeleteOptions
+            if isinstance(options, dict) and options.get("dryRun"):
+                dry_run = _dry_run(method, {"dryRun": ",".join(map(str, options["dryRun"]))})
+            propagation = _propagation(options, query)
+            self._send_json(200, cluster.delete(res, ns, name, propagation=propagation, dry_run=dry_run))
         else:
             raise _method_not_allowed()
 
@@ -301,6 +315,34 @@ class _Handler(BaseHTTPRequestHandler):
             emit(current[sent:])
             sent = len(current)
         self._end_stream()
+
+
+_OPTIONS: Final = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}
+
+
+def _dry_run(method: str, query: dict[str, str]) -> bool:
+    """`dryRun=All`: the request is checked (validation, conflicts, admission) and answered as it
+    would be, and nothing is stored; "All" is the only value the API server accepts."""
+    value = query.get("dryRun")
+    if value is None:
+        return False
+    if value != "All":
+        kind = _OPTIONS.get(method, "DeleteOptions")
+        raise invalid_error(kind, "", [not_supported("dryRun", value, ["All"])], group="meta.k8s.io")
+    return True
+
+
+def _propagation(options: Any, query: dict[str, str]) -> str | None:
+    """DeleteOptions' propagationPolicy (the body's, else the query's), or the legacy
+    orphanDependents; None leaves the resource's default."""
+    options = options if isinstance(options, dict) else {}
+    policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+    if policy is not None:
+        return str(policy)
+    orphan = options.get("orphanDependents", query.get("orphanDependents"))
+    if orphan is None:
+        return None
+    return "Orphan" if orphan is True or str(orphan).lower() == "true" else "Background"
 
 
 def _int(text: str | None, name: str) -> int:
