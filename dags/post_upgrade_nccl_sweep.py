@@ -7,9 +7,13 @@ each node pair and judged against the **measured baseline** of its hardware prof
 - **Triggers:** nodes reaching `nvidia.com/gpu-driver-upgrade-state=upgrade-done` that were not
   swept on their driver yet (`DriverUpgradeDoneTrigger`, an AssetWatcher on the
   `fleetval_driver_upgrade_done` asset), or a manual run (`nodes`: empty = every such node).
-- Intra-node all_reduce × `repeats` (3) on every node, then pairs (each node in ≥ 1 pair, across
-  racks; multi-node runs are Kueue-admitted MPIJobs on k8s), batched so any fleet size fits
-  under `max_map_length`. Failing pairs are narrowed down to the bad node by group testing.
+- Probes run in **waves**, one at a time; each wave is a run of **`post_upgrade_nccl_sweep_wave`**
+  (tasks `sweep_intra` / `sweep_pairs` here wait for them): one probe task per node (a pod) or per
+  pair (a Kueue-admitted MPIJob), named `<node> r<repeat>`. A wave never uses a node twice; each
+  node and pair is probed `repeats` (3) times, in different waves. Any fleet size fits under
+  `max_map_length`.
+- `judge` judges the stored raw outputs; `isolate` narrows failing pairs down to the bad node by
+  group testing (rounds of MPIJobs, deferred while they run).
 - **Gate:** any `fail` → nodes labelled `fleetval.io/nccl-gate=fail` and the rollout paused
   (ClusterPolicy `spec.driver.upgradePolicy.autoUpgrade=false`; resume by setting it back to
   `true` once the nodes are fixed). Swept nodes get `fleetval.io/nccl-swept-driver=<driver>`.
@@ -19,17 +23,20 @@ each node pair and judged against the **measured baseline** of its hardware prof
 
 **Triage:** a `fail` *verdict* is a finding about a node or pair (see its evidence: busbw vs
 baseline version, transports, NCCL errors, CV); `D-NET-NCCL-02` on a single node is the
-isolation result. A failed *task* means the harness broke (API, Kueue, store). If the rollout
-was paused by mistake, set `autoUpgrade: true` on the ClusterPolicy. Verdicts: `fleetval_db`
-connection. Owner: fleet-validation.
+isolation result. A failed *task* means the harness broke: open the failed wave run's probe task
+(pod or MPIJob never admitted by Kueue, API, store). If the rollout was paused by mistake, set
+`autoUpgrade: true` on the ClusterPolicy. Verdicts: `fleetval_db` connection.
+Owner: fleet-validation.
 """
 
 from __future__ import annotations
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Asset, AssetWatcher, Param, dag
 
 from fleetval_airflow import nccl_tasks
-from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
+from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Pool, Tag
+from fleetval_airflow.nccl_isolation import NcclIsolationOperator
 from fleetval_airflow.triggers.driver_upgrade import DriverUpgradeDoneTrigger
 
 DRIVER_UPGRADE_DONE = Asset(
@@ -38,6 +45,16 @@ DRIVER_UPGRADE_DONE = Asset(
         AssetWatcher(name="driver_upgrade_done_watcher", trigger=DriverUpgradeDoneTrigger(poll_interval=60))
     ],
 )
+WAVE = {
+    "trigger_dag_id": nccl_tasks.WAVE_DAG_ID,
+    "wait_for_completion": True,
+    "deferrable": True,
+    "poke_interval": 2,
+    "allowed_states": ["success", "failed"],  # a broken probe is an `error` verdict; the sweep goes on
+    "reset_dag_run": True,  # a retried wave runs again (probes are idempotent)
+    "fail_when_dag_is_paused": True,  # a paused wave DAG fails the sweep instead of waiting forever
+    "max_active_tis_per_dagrun": 1,  # waves one at a time: a node's repeats never overlap
+}
 
 
 @dag(
@@ -64,13 +81,18 @@ DRIVER_UPGRADE_DONE = Asset(
 )
 def post_upgrade_nccl_sweep() -> None:
     fv_run = nccl_tasks.start_run()
-    intra_batches = nccl_tasks.plan_sweep(fv_run)
-    pair_batches = nccl_tasks.pair_batches(fv_run)
-    intra = nccl_tasks.sweep_intra.partial(fv_run=fv_run).expand(batch_index=intra_batches)
-    pairs = nccl_tasks.sweep_pairs.partial(fv_run=fv_run).expand(batch_index=pair_batches)
-    isolated = nccl_tasks.isolate(fv_run)
-    intra_batches >> pair_batches
-    intra >> pairs >> isolated >> nccl_tasks.gate(fv_run)
+    intra_waves = nccl_tasks.plan_sweep(fv_run)
+    pair_waves = nccl_tasks.pair_waves(fv_run)
+    intra = TriggerDagRunOperator.partial(task_id="sweep_intra", **WAVE).expand_kwargs(intra_waves)
+    pairs = TriggerDagRunOperator.partial(
+        task_id="sweep_pairs", trigger_rule="all_done", **WAVE
+    ).expand_kwargs(pair_waves)
+    judged = nccl_tasks.judge(fv_run)
+    isolated = NcclIsolationOperator(
+        task_id="isolate", fv_run=fv_run, pool=Pool.NODE_DIAGNOSIS, trigger_rule="all_done"
+    )
+    intra_waves >> pair_waves
+    intra >> pairs >> judged >> isolated >> nccl_tasks.gate(fv_run)
 
 
 post_upgrade_nccl_sweep()

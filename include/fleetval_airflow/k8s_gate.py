@@ -4,8 +4,12 @@ Mechanism (NVIDIA's GPU Operator documentation, driver upgrades, "Pausing Driver
 set `spec.driver.upgradePolicy.autoUpgrade` to `false` on the ClusterPolicy
 (`nvidia.com/v1`, cluster-scoped). The whole upgrade state machine pauses; nodes not yet upgraded
 stay on their driver; setting it back to `true` resumes. The nodes that failed carry
-`fleetval.io/nccl-gate=fail` (set by the suite through the backend). Resuming is a human
-decision: fleetval never sets autoUpgrade back to true.
+`fleetval.io/nccl-gate=fail` (set by the gate task on the `kubernetes_default` cluster). Resuming
+is a human decision: fleetval never sets autoUpgrade back to true.
+
+The gate task calls this whenever the gate fails, on every cluster: a cluster without the GPU
+Operator's ClusterPolicy CRD fails the task (a rollout halt that could not be applied must not
+pass silently); one with no ClusterPolicy object pauses nothing and says so (an empty list).
 
 `dry_run=True` sends the same patch with the API server's `dryRun=All`: RBAC, admission and the
 object are checked, nothing is persisted.

@@ -1,21 +1,25 @@
-"""Tasks of `post_upgrade_nccl_sweep` and `baseline_backfill`: each pulls its context once and
-calls fleetval.suites.nccl / nccl_backfill.
+"""Tasks of `post_upgrade_nccl_sweep`, `post_upgrade_nccl_sweep_wave` and `baseline_backfill`:
+each pulls its context once and calls the fleetval.suites.nccl_* steps.
 
 fleetval (SQLAlchemy, pandas, parsers, judges) is imported inside the tasks: the DAG processor
-parses this module on every cycle and never runs a task. Plans live in the fleetval run, not in
-XCom: only batch indexes travel, so the number of mapped tasks is the number of batches.
+parses this module on every cycle and never runs a task. The plan lives in the fleetval run, not
+in XCom: a wave run gets only (fv_run, kind, wave index) and rebuilds its probes from the plan, so
+no mapping grows with the fleet beyond max_map_length.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context, task
 
-from fleetval_airflow.defaults import Pool
+if TYPE_CHECKING:
+    from fleetval.suites.nccl_plan import Kind
 
+WAVE_DAG_ID = "post_upgrade_nccl_sweep_wave"
 MAX_CHANGES_IN_XCOM = 50
+MAX_SUBJECTS_IN_XCOM = 50
 
 
 def _run_key() -> str:
@@ -37,16 +41,25 @@ def _event_nodes(ctx: Any) -> list[str]:
 
 @task
 def start_run() -> int:
-    """Create (or find, on a retry) the fleetval run for this DAG run."""
-    from fleetval.suites import nccl
+    """Create (or find, on a retry) the fleetval run for this DAG run.
+
+    Failed probe pods and MPIJobs are kept for forensics, but only the newest few: older ones
+    are pruned here."""
+    from fleetval.suites import nccl_plan
     from fleetval_airflow import config
+    from fleetval_airflow.mpijob_probe import mpijob_runner
 
     ctx = get_current_context()
     params = ctx["params"]
+    namespace = config.settings().namespace
+    pruned = config.kube().prune_failed_probe_pods(namespace)
+    pruned += mpijob_runner(config.KUBE_CONN_ID).prune_failed()
+    if pruned:
+        print(f"pruned {len(pruned)} old failed probe pods and MPIJobs")
     return config.store().ensure_run(
         _run_key(),
-        suite=nccl.SUITE,
-        backend=config.backend_name(),
+        suite=nccl_plan.SUITE,
+        backend="kubernetes",
         meta={
             "dry_run": bool(params["dry_run"]),
             "airflow_run_id": ctx["run_id"],
@@ -57,130 +70,158 @@ def start_run() -> int:
 
 
 @task
-def plan_sweep(fv_run: int) -> list[int]:
-    """Which nodes, which pairs, in how many batches; returns the intra-node batch indexes.
+def plan_sweep(fv_run: int) -> list[dict[str, Any]]:
+    """Which nodes, which pairs, in which waves; returns one wave DAG run per intra-node wave.
 
     Nodes: the `nodes` param when given; else the nodes the upgrade trigger announced (still
     pending: a node already swept on its driver is not swept twice); else every node that is
-    `upgrade-done` and not yet swept on its driver.
+    `upgrade-done` and not yet swept on its driver. The plan is kept in the fleetval run: a rerun
+    of this DAG run keeps the first attempt's plan (its nodes are marked swept by then).
     """
     from airflow.sdk.configuration import conf
 
-    from fleetval.suites import nccl
+    from fleetval.suites import nccl_plan
     from fleetval_airflow import config
 
     ctx = get_current_context()
     params = ctx["params"]
-    backend = config.backend()
-    inventory = backend.list_nodes()
-    requested = list(params.get("nodes") or [])
-    if requested:
-        only, source = requested, "param"
-    else:
-        pending = nccl.pending_upgrade_nodes(inventory)
-        announced = _event_nodes(ctx)
-        only = [n for n in announced if n in pending] if announced else sorted(pending)
-        source = "event" if announced else "pending"
-    plan = nccl.plan_sweep(
-        inventory,
-        repeats=int(params["repeats"]),
-        fabric_of=lambda n: nccl.expected_fabric(backend, n),
-        only=only,
-        max_batches=conf.getint("core", "max_map_length", fallback=1024),
-    )
-    config.store().update_run_meta(fv_run, plan=plan.to_json(), node_source=source)
-    return list(range(len(plan.intra_batches)))
+    store = config.store()
+    if "plan" not in store.run_meta(fv_run):
+        inventory = config.kube().list_nodes()
+        requested = list(params.get("nodes") or [])
+        if requested:
+            only, source = requested, "param"
+        else:
+            pending = nccl_plan.pending_upgrade_nodes(inventory)
+            announced = _event_nodes(ctx)
+            only = [n for n in announced if n in pending] if announced else sorted(pending)
+            source = "event" if announced else "pending"
+        max_map_length = conf.getint("core", "max_map_length", fallback=nccl_plan.DEFAULT_MAX_MAP_LENGTH)
+        plan = nccl_plan.plan_sweep(
+            inventory,
+            repeats=int(params["repeats"]),
+            only=only,
+            max_wave_size=max_map_length,
+            max_waves=max_map_length,
+        )
+        store.update_run_meta(
+            fv_run,
+            plan=plan.to_json(),
+            node_source=source,
+            run_key=_run_key(),
+            image=config.settings().nccl_image,
+        )
+    return _waves(store, fv_run, "intra")
 
 
 @task
-def pair_batches(fv_run: int) -> list[int]:
-    """The pair batch indexes of the plan (a separate task: Airflow maps over return values only)."""
+def pair_waves(fv_run: int) -> list[dict[str, Any]]:
+    """One wave DAG run per pair wave (a separate task: Airflow maps over return values only)."""
     from fleetval_airflow import config
 
-    return list(range(len(_plan(config.store(), fv_run).pair_batches)))
+    return _waves(config.store(), fv_run, "pairs")
+
+
+def _waves(store: Any, fv_run: int, kind: str) -> list[dict[str, Any]]:
+    run_id = get_current_context()["run_id"]
+    return [
+        {"trigger_run_id": f"{run_id}__{kind}{i:04d}", "conf": {"fv_run": fv_run, "kind": kind, "wave": i}}
+        for i in range(len(_plan(store, fv_run).waves(kind)))
+    ]
 
 
 def _plan(store: Any, fv_run: int) -> Any:
-    from fleetval.suites import nccl
+    from fleetval.suites import nccl_plan
 
-    return nccl.NcclPlan.from_json(store.run_meta(fv_run)["plan"])
+    return nccl_plan.NcclPlan.from_json(store.run_meta(fv_run)["plan"])
 
 
-def _sweep(fv_run: int, groups_of: Any) -> dict[str, Any]:
-    """Probe, store raw, judge and store one batch of groups (`groups_of(plan)` picks them)."""
-    from fleetval.suites import nccl
+def _wave_conf() -> tuple[int, str, int]:
+    conf = get_current_context()["dag_run"].conf or {}
+    try:
+        fv_run, kind, wave = int(conf["fv_run"]), str(conf["kind"]), int(conf["wave"])
+        if kind in ("intra", "pairs"):
+            return fv_run, kind, wave
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise ValueError(
+        f"{WAVE_DAG_ID} is started by post_upgrade_nccl_sweep with conf {{fv_run, kind, wave}}, got {conf!r}"
+    )
+
+
+def _wave_probes(kind: Kind) -> list[dict[str, Any]]:
+    from fleetval.suites import nccl_plan
+    from fleetval_airflow import config
+
+    fv_run, wave_kind, wave = _wave_conf()
+    if wave_kind != kind:
+        return []
+    meta = config.store().run_meta(fv_run)
+    plan = nccl_plan.NcclPlan.from_json(meta["plan"])
+    specs = nccl_plan.wave_specs(plan, kind, wave, run_key=meta["run_key"], image=meta.get("image"))
+    return [{"probe": spec.to_json(), "fv_run": fv_run} for spec in specs]
+
+
+@task
+def intra_probes() -> list[dict[str, Any]]:
+    """An intra-node wave's probes, one per node: the arguments of each mapped probe pod task."""
+    return _wave_probes("intra")
+
+
+@task
+def pair_probes() -> list[dict[str, Any]]:
+    """A pair wave's probes, one per pair: the arguments of each mapped MPIJob probe task."""
+    return _wave_probes("pairs")
+
+
+@task(trigger_rule="all_done")
+def judge(fv_run: int) -> dict[str, Any]:
+    """Judge every stored probe of the sweep against the promoted baselines; a probe that left
+    nothing (its task or wave broke) is an `error`, never a pass."""
+    from fleetval.suites import nccl_judge, nccl_plan
     from fleetval_airflow import config
 
     store = config.store()
-    plan = _plan(store, fv_run)
-    outcomes = nccl.sweep_groups(
-        store,
-        config.backend(),
-        run_id=fv_run,
-        run_key=_run_key(),
-        plan=plan,
-        groups=groups_of(plan),
-        lookup=nccl.promoted_lookup(store),
+    meta = store.run_meta(fv_run)
+    specs = nccl_plan.sweep_specs(_plan(store, fv_run), run_key=meta["run_key"], image=meta.get("image"))
+    summary = nccl_judge.summarize(
+        nccl_judge.judge_sweep(store, fv_run, specs, lookup=nccl_judge.promoted_lookup(store))
     )
-    return nccl.summarize(outcomes)
-
-
-@task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=4)
-def sweep_intra(fv_run: int, batch_index: int) -> dict[str, Any]:
-    """Intra-node all_reduce × repeats on one batch of nodes: probe, store raw, judge, store."""
-    return _sweep(fv_run, lambda plan: [[n] for n in plan.intra_batches[batch_index]])
-
-
-@task(pool=Pool.NODE_DIAGNOSIS, max_active_tis_per_dagrun=4, trigger_rule="all_done")
-def sweep_pairs(fv_run: int, batch_index: int) -> dict[str, Any]:
-    """Inter-node all_reduce × repeats on one batch of pairs (MPIJobs through Kueue on k8s)."""
-    return _sweep(fv_run, lambda plan: plan.pair_batches[batch_index])
-
-
-@task(pool=Pool.NODE_DIAGNOSIS, trigger_rule="all_done")
-def isolate(fv_run: int) -> dict[str, Any]:
-    """Locate the bad node(s) behind failing pairs by group testing."""
-    from fleetval.suites import nccl
-    from fleetval_airflow import config
-
-    store = config.store()
-    report = nccl.isolate_failures(
-        store,
-        config.backend(),
-        run_id=fv_run,
-        run_key=_run_key(),
-        plan=_plan(store, fv_run),
-        lookup=nccl.promoted_lookup(store),
-    )
-    store.update_run_meta(fv_run, isolation=report.to_json())
-    return {"bad": report.bad, "undetermined": report.undetermined, "probes_used": report.probes_used}
+    failed = summary["failed"]
+    return {
+        **summary,
+        "failed": dict(sorted(failed.items())[:MAX_SUBJECTS_IN_XCOM]),
+        "failed_subjects": len(failed),
+    }
 
 
 @task(trigger_rule="all_done")
 def gate(fv_run: int) -> dict[str, Any]:
-    """The gate: label nodes pass/fail/inconclusive, halt the rollout on a fail, mark swept nodes."""
-    from fleetval.suites import nccl
+    """The gate: label nodes pass/fail/inconclusive, halt the rollout on a fail (ClusterPolicy
+    autoUpgrade=false), mark swept nodes."""
+    from fleetval.suites import nccl_gate
     from fleetval_airflow import config
+    from fleetval_airflow.k8s_gate import pause_driver_upgrades
 
     ctx = get_current_context()
     dry_run = bool(ctx["params"]["dry_run"])
     store = config.store()
-    backend = config.backend()
     plan = _plan(store, fv_run)
+    run_key = store.run_meta(fv_run)["run_key"]
     if not plan.nodes:
         store.update_run_meta(fv_run, gate={"result": "none", "reason": "no node to sweep"})
         store.finish_run(fv_run)
         return {"gate": "none", "reason": "no node to sweep", "skipped": plan.skipped}
-    decision = nccl.decide_gate(store.verdicts(fv_run), plan)
-    failed = nccl.apply_gate(
-        store, backend, run_id=fv_run, run_key=_run_key(), decision=decision, dry_run=dry_run
-    )
+    kube = config.kube()
+    decision = nccl_gate.decide_gate(store.verdicts(fv_run), plan)
+    store.update_run_meta(fv_run, gate=decision.to_json())
     paused: list[dict[str, Any]] = []
-    if decision.halt_rollout and config.backend_name() == "k8s":
-        from fleetval_airflow.k8s_gate import pause_driver_upgrades
-
+    if decision.halt_rollout:  # first: every minute more, the rollout upgrades more nodes
         paused = pause_driver_upgrades(config.kube_custom_objects(), dry_run=dry_run)
-    swept = nccl.mark_swept(backend, plan, nccl.swept_nodes(store, fv_run), dry_run=dry_run)
+    failed = nccl_gate.apply_gate(
+        store, kube, run_id=fv_run, run_key=run_key, decision=decision, dry_run=dry_run
+    )
+    swept = nccl_gate.mark_swept(kube, plan, nccl_gate.swept_nodes(store, fv_run), dry_run=dry_run)
     store.update_run_meta(fv_run, gate={**decision.to_json(), "clusterpolicy": paused}, swept=swept)
     store.finish_run(fv_run)
     counts: dict[str, int] = {}
@@ -189,10 +230,11 @@ def gate(fv_run: int) -> dict[str, Any]:
     return {
         "gate": decision.result.value,
         "halt_rollout": decision.halt_rollout,
-        "failed_nodes": failed,
+        "clusterpolicy": paused,
+        "failed_nodes": failed[:MAX_SUBJECTS_IN_XCOM],
         "verdicts": counts,
         "swept": len(swept),
-        "skipped": plan.skipped,
+        "skipped": dict(sorted(plan.skipped.items())[:MAX_SUBJECTS_IN_XCOM]),
     }
 
 

@@ -1,33 +1,30 @@
 """The driver-upgrade trigger: serializes for the triggerer, and fires once per set of nodes that
-reach `upgrade-done` on a driver they were not swept on — run with asyncio on a simulated fleet
-through the configured backend (Airflow Connection + Variables from the environment)."""
+reach `upgrade-done` on a driver they were not swept on — run with asyncio against the simulated
+cluster (`fleetval sim serve`, its GPU Operator upgrading drivers for real) through the
+`kubernetes_default` connection; an unreachable API does not end the watcher."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
 import json
-import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from fleetval.sim.cluster import SimCluster
-from fleetval.sim.spec import load_fleet_spec
-from fleetval.store.engine import make_engine
-from fleetval.store.migrate import upgrade
-from fleetval.suites import nccl
+from fleetval.suites import nccl_plan
 from fleetval_airflow.triggers.driver_upgrade import CLASSPATH, DriverUpgradeDoneTrigger
-from tests.paths import ROOT
+from tests.nccl_lab import NETLAB
+from tests.simkube import SimKube
 
-NETLAB = ROOT / "include" / "fleetval" / "sim" / "fleets" / "netlab.yaml"
+DRIVER = "570.172.08"
 
 
 def test_serialize_round_trips() -> None:
     from airflow.triggers.base import BaseEventTrigger
 
-    trigger = DriverUpgradeDoneTrigger(poll_interval=5.0, backend="sim", sim_fleet="netlab")
+    trigger = DriverUpgradeDoneTrigger(poll_interval=5.0)
     classpath, kwargs = trigger.serialize()
     assert classpath == CLASSPATH
     module, _, name = classpath.rpartition(".")
@@ -37,77 +34,73 @@ def test_serialize_round_trips() -> None:
     json.dumps(kwargs)  # stored in the metadata DB as JSON
     # event-driven scheduling identifies the trigger by classpath + kwargs: stable across parses
     assert BaseEventTrigger.hash(classpath, kwargs) == BaseEventTrigger.hash(
-        *DriverUpgradeDoneTrigger(poll_interval=5.0, backend="sim", sim_fleet="netlab").serialize()
+        *DriverUpgradeDoneTrigger(poll_interval=5.0).serialize()
     )
-    with pytest.raises(ValueError, match="backend"):
-        DriverUpgradeDoneTrigger(backend="slurm")
+    with pytest.raises(ValueError, match="poll_interval"):
+        DriverUpgradeDoneTrigger(poll_interval=0)
 
 
-@pytest.fixture
-def fleet(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimCluster]:
-    url = f"sqlite:///{tmp_path}/fleetval.db"
-    engine = make_engine(url)
-    upgrade(engine)
-    cluster = SimCluster.load(engine, load_fleet_spec(NETLAB.read_text()))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": url}})
+def driver_of(kube: SimKube, node: str) -> str:
+    return str(kube.node(node).metadata.labels[nccl_plan.DRIVER_VERSION_LABEL])
+
+
+def mark_swept(kube: SimKube, nodes: list[str] | None = None) -> None:
+    """What the sweep's gate leaves on the nodes it swept: the driver it swept them on."""
+    for node in nodes or [n.name for n in kube.cluster.list_nodes()]:
+        kube.cluster.set_labels(node, {nccl_plan.SWEPT_LABEL: driver_of(kube, node)})
+
+
+def upgrade(kube: SimKube, driver: str) -> None:
+    """Roll a new driver out through the GPU Operator: its upgrade controller takes it from there."""
+    kube.custom.patch_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": {"driver": {"version": driver}}}
     )
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "netlab")
-    yield cluster
-    engine.dispose()
 
 
-def upgraded(cluster: SimCluster, node: str, driver: str) -> None:
-    cluster.set_labels(node, {nccl.DRIVER_VERSION_LABEL: driver, nccl.UPGRADE_STATE_LABEL: nccl.UPGRADE_DONE})
-
-
-async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def until(check: Callable[[], bool], timeout: float = 20.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not check():
         if loop.time() > end:
             raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
 
 
-def test_fires_only_for_nodes_newly_upgrade_done(fleet: SimCluster) -> None:
-    trigger = DriverUpgradeDoneTrigger(poll_interval=0.02)  # backend from the Variables
+def test_fires_only_for_nodes_newly_upgrade_done(sim_kube: Any) -> None:
+    kube = sim_kube(NETLAB)
+    nodes = sorted(n.name for n in kube.cluster.list_nodes())
+    mark_swept(kube)  # every node swept on the driver it runs: nothing pending
+    trigger = DriverUpgradeDoneTrigger(poll_interval=0.05)
     events: list[dict[str, Any]] = []
 
-    async def scenario() -> None:
-        fleet.set_labels("r01-n08", {nccl.UPGRADE_STATE_LABEL: "pod-restart-required"})
-        for node in ("r01-n01", "r01-n02"):
-            upgraded(fleet, node, "570.172.08")
+    def announced() -> list[str]:
+        return [n for e in events for n in e["nodes"]]
 
+    async def scenario() -> None:
         async def consume() -> None:
             async for event in trigger.run():
                 events.append(event.payload)
 
         task = asyncio.create_task(consume())
         try:
-            await until(lambda: len(events) == 1)
-            assert events[0]["nodes"] == ["r01-n01", "r01-n02"]
-            assert events[0]["generations"] == {"r01-n01": "570.172.08", "r01-n02": "570.172.08"}
-            await asyncio.sleep(0.2)  # ten more polls: nothing new, nothing fired
-            assert len(events) == 1
+            await asyncio.sleep(0.3)
+            assert events == []
 
-            upgraded(fleet, "r01-n08", "570.172.08")  # the next node finishes its upgrade
-            await until(lambda: len(events) == 2)
-            assert events[1]["nodes"] == ["r01-n08"]
+            upgrade(kube, DRIVER)  # one node at a time (maxParallelUpgrades 1): several events
+            await until(lambda: sorted(announced()) == nodes)
+            assert len(announced()) == len(nodes)  # no node announced twice
+            assert {g for e in events for g in e["generations"].values()} == {DRIVER}
+            assert all(driver_of(kube, n) == DRIVER for n in nodes)
 
-            # the sweep marks what it swept: still no repeat
-            for node in ("r01-n01", "r01-n02", "r01-n08"):
-                fleet.set_labels(node, {nccl.SWEPT_LABEL: "570.172.08"})
-            await asyncio.sleep(0.2)
-            assert len(events) == 2
+            mark_swept(kube)  # the sweep marks what it swept: no repeat
+            count = len(events)
+            await asyncio.sleep(0.3)
+            assert len(events) == count
 
-            # the next driver upgrade makes a swept node pending again
-            upgraded(fleet, "r01-n02", "575.51.03")
-            await until(lambda: len(events) == 3)
-            assert events[2]["nodes"] == ["r01-n02"] and events[2]["generations"] == {"r01-n02": "575.51.03"}
-            await asyncio.sleep(0.1)
-            assert len(events) == 3
+            # removing the swept label by hand asks for a new sweep of that node
+            kube.cluster.set_labels("r01-n02", {nccl_plan.SWEPT_LABEL: None})
+            await until(lambda: len(events) == count + 1)
+            assert events[-1]["nodes"] == ["r01-n02"] and events[-1]["generations"] == {"r01-n02": DRIVER}
         finally:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -116,16 +109,21 @@ def test_fires_only_for_nodes_newly_upgrade_done(fleet: SimCluster) -> None:
     asyncio.run(scenario())
 
 
-def test_explicit_backend_overrides_the_variables(fleet: SimCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", "no-such-fleet")
-    upgraded(fleet, "r02-n01", "570.172.08")
-    trigger = DriverUpgradeDoneTrigger(poll_interval=0.02, backend="sim", sim_fleet="netlab")
+def test_an_unreachable_api_does_not_end_the_watcher(sim_kube: Any) -> None:
+    first = sim_kube(NETLAB)
+    first.server.stop()  # the API goes away
+    trigger = DriverUpgradeDoneTrigger(poll_interval=0.05)
 
-    async def first() -> dict[str, Any]:
+    async def scenario() -> dict[str, Any]:
         gen = trigger.run()
         try:
-            return (await asyncio.wait_for(gen.__anext__(), timeout=5)).payload  # type: ignore[no-any-return]
+            pending = asyncio.ensure_future(gen.__anext__())
+            await asyncio.sleep(0.5)  # polls fail, the watcher keeps going
+            assert not pending.done()
+            sim_kube(NETLAB)  # the API is back (same connection): a fresh operator, every node done
+            return (await asyncio.wait_for(pending, timeout=20)).payload  # type: ignore[no-any-return]
         finally:
             await gen.aclose()
 
-    assert asyncio.run(first())["nodes"] == ["r02-n01"]
+    event = asyncio.run(scenario())
+    assert len(event["nodes"]) == 16

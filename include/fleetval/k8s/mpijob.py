@@ -20,8 +20,8 @@ import hashlib
 import shlex
 from typing import Any, Final
 
-from fleetval.backends import MAINTENANCE_TAINT
-from fleetval.k8s.specs import NAMESPACE, NCCL_TESTS_BIN, ProbeSpec
+from fleetval.k8s.specs import NAMESPACE, NCCL_TESTS_BIN, PROBE_LABEL, ProbeSpec, probe_label
+from fleetval.nodes import MAINTENANCE_TAINT
 
 GROUP: Final = "kubeflow.org"
 VERSION: Final = "v2beta1"
@@ -36,10 +36,12 @@ PROBE_KEY_ANNOTATION: Final = "fleetval.io/probe-key"
 SSH_DIR: Final = "/root/.ssh"
 
 
-def mpijob_name(spec: ProbeSpec) -> str:
-    """A DNS-1123 name, short enough for the operator's `<name>-worker-<i>` pod names."""
+def mpijob_name(spec: ProbeSpec, attempt: int | None = None) -> str:
+    """A DNS-1123 name, short enough for the operator's `<name>-worker-<i>` pod names; `attempt`
+    (a task try) makes each try its own job, so a failed one can be kept beside its retry."""
     digest = hashlib.sha256(spec.probe_key.encode()).hexdigest()[:12]
-    return f"fleetval-{spec.tool}-{digest}"
+    name = f"fleetval-{spec.tool}-{digest}"
+    return name if attempt is None else f"{name}-t{attempt}"
 
 
 def probe_nodes(spec: ProbeSpec) -> list[str]:
@@ -84,19 +86,22 @@ def mpijob_manifest(
     queue_name: str = DEFAULT_QUEUE,
     namespace: str = NAMESPACE,
     admission_timeout_s: int = 3600,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """The MPIJob for a multi-node NCCL probe (see module doc)."""
+    """The MPIJob for a multi-node NCCL probe (see module doc), named `name` (default
+    `mpijob_name(spec)`). Its `fleetval.io/probe` label finds every job of one probe."""
     nodes = probe_nodes(spec)
     if len(nodes) < 2:
         raise ValueError(f"an MPIJob probe needs at least two nodes, got {nodes}")
     if spec.gpus < 1:
         raise ValueError("an MPIJob NCCL probe needs GPUs per worker")
-    name = mpijob_name(spec)
+    name = name or mpijob_name(spec)
     env = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
     labels = {
         QUEUE_LABEL: queue_name,
         "app.kubernetes.io/part-of": "fleetval",
         "fleetval.io/tool": spec.tool,
+        PROBE_LABEL: probe_label(spec.probe_key),
     }
     worker_selector = {JOB_NAME_LABEL: name, JOB_ROLE_LABEL: "worker"}
     worker_pod = {

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from kubernetes.client import models as k8s
 
-from fleetval.backends import MAINTENANCE_TAINT
+from fleetval.nodes import MAINTENANCE_TAINT
 
 NAMESPACE: Final = "fleetval"
 # DCGM diagnostics image, pinned by tag; a site overrides it (a mirror, a digest) with FLEETVAL_DCGM_IMAGE.
@@ -181,6 +181,11 @@ NCCL_TESTS_IMAGE: Final = "ghcr.io/coreweave/nccl-tests:12.4.1-cudnn-devel-ubunt
 NCCL_TESTS_BIN: Final = "/opt/nccl-tests/build"
 NCCL_MIN_BYTES: Final = "8"
 NCCL_MAX_BYTES: Final = "8G"
+# nccl-tests' own per-operation timeout (-T, seconds): without it a hung collective never returns
+# and the pod dies at its deadline as a harness failure; with it the hang is reported (exit 4,
+# "Test timeout" in the output) and judged D-NET-NCCL-03. Far above any healthy 8 GB all_reduce,
+# socket fallback included.
+NCCL_OP_TIMEOUT_S: Final = 600
 
 
 SUBJECT_MAX: Final = 100
@@ -209,7 +214,8 @@ def nccl_probe(
     fabric: str | None = None,
     purpose: str | None = None,
 ) -> ProbeSpec:
-    """nccl-tests `<collective>_perf -b 8 -e 8G -f 2 -g <gpus>` over one node or a group of nodes.
+    """nccl-tests `<collective>_perf -b 8 -e 8G -f 2 -g <gpus> -T 600` over one node or a group of
+    nodes (`-T`: a hang ends as a reported timeout, see NCCL_OP_TIMEOUT_S).
 
     One process per node drives all its GPUs (`-g`), so a group of N nodes is N × gpus ranks.
     The binary runs by its path in the image (`NCCL_TESTS_BIN`, not on the image's PATH); its exit
@@ -242,6 +248,8 @@ def nccl_probe(
         "2",
         "-g",
         str(gpus_per_node),
+        "-T",
+        str(NCCL_OP_TIMEOUT_S),
     ]
     params: dict[str, Any] = {"nodes": members, "repeat": repeat, "collective": collective, "argv": argv}
     extra = (("profile", profile), ("scope", scope), ("fabric", fabric), ("purpose", purpose))

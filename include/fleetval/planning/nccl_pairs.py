@@ -16,6 +16,11 @@ N(N-1)/2 = 32640 pairs; k bad nodes cost about k(log2(N) + 1) + 1. Probes are as
 consistent: a flaky probe can clear a bad node; re-probe the result to confirm it.
 If no known-good partner can be found (2 nodes, or every other node bad), the suspects that cannot
 be told apart are returned in `undetermined` rather than guessed.
+
+Each probe depends on the answers before it. `locate_bad_nodes` asks a callable and waits;
+`resume_search` is the same search for a caller that runs probes elsewhere (an MPIJob per group,
+minutes each): it replays the search over the answers known so far and stops at the first group
+it has no answer for. The search is deterministic, so replaying it is how it resumes.
 """
 
 from __future__ import annotations
@@ -129,11 +134,68 @@ def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
     if len(set(ordered)) != len(ordered):
         raise ValueError("node names must be unique")
     search = _Search(ordered, probe)
+    _locate(search)
+    return _result(search)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchProgress:
+    """Where a resumed search stands: the next group to probe (None: the search is over), and
+    what is known so far (`result`: final when `next_group` is None; `cleared`: nodes a healthy
+    group vouched for)."""
+
+    next_group: tuple[str, ...] | None
+    result: IsolationResult
+    cleared: tuple[str, ...] = ()
+
+
+class _Unanswered(Exception):
+    def __init__(self, group: tuple[str, ...]) -> None:
+        super().__init__(group)
+        self.group = group
+
+
+def resume_search(nodes: Sequence[str], answer: Callable[[tuple[str, ...]], bool | None]) -> SearchProgress:
+    """`locate_bad_nodes` over the answers known so far: `answer(group)` is True/False for a group
+    already probed, None for one that was not. Stops at the first unanswered group."""
+    ordered = tuple(nodes)
+    if len(set(ordered)) != len(ordered):
+        raise ValueError("node names must be unique")
+
+    def probe(group: tuple[str, ...]) -> bool:
+        known = answer(group)
+        if known is None:
+            raise _Unanswered(group)
+        return known
+
+    search = _Search(ordered, probe)
+    try:
+        _locate(search)
+    except _Unanswered as pending:
+        return SearchProgress(pending.group, _result(search), _cleared(search))
+    return SearchProgress(None, _result(search), _cleared(search))
+
+
+def _cleared(search: _Search) -> tuple[str, ...]:
+    return tuple(n for n in search.nodes if n in search.good)
+
+
+def _result(search: _Search) -> IsolationResult:
+    bad = tuple(n for n in search.nodes if n in search.bad)
+    undetermined = tuple(n for n in search.nodes if n in search.undetermined)
+    return IsolationResult(
+        bad=bad, probes_used=len(search.records), probes=list(search.records), undetermined=undetermined
+    )
+
+
+def _locate(search: _Search) -> None:
+    ordered = search.nodes
     if not ordered:
-        return IsolationResult(bad=(), probes_used=0, probes=[])
+        return
     if len(ordered) == 1:
-        healthy = search.run(ordered)
-        return IsolationResult(bad=() if healthy else ordered, probes_used=1, probes=search.records)
+        if not search.run(ordered):
+            search.bad.append(ordered[0])
+        return
     while True:
         suspects = [
             n
@@ -151,8 +213,3 @@ def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
         found = search.find_one(suspects)
         if found is not None:
             search.bad.append(found)
-    bad = tuple(n for n in ordered if n in search.bad)
-    undetermined = tuple(n for n in ordered if n in search.undetermined)
-    return IsolationResult(
-        bad=bad, probes_used=len(search.records), probes=search.records, undetermined=undetermined
-    )

@@ -29,14 +29,13 @@ from typing import Any, Final
 from fleetval.baselines.nccl import BaselineError
 from fleetval.store import nccl_queries
 from fleetval.store.repository import Store
-from fleetval.suites.nccl import (
+from fleetval.suites.nccl_baselines import baseline_from_rows, save_candidate
+from fleetval.suites.nccl_judge import (
     BaselineRef,
-    baseline_from_rows,
     evaluate_subject,
     group_probes,
     probe_context,
     repeat_from_probe,
-    save_candidate,
 )
 
 SUITE: Final = "baseline_backfill"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetval.planning.nccl_pairs import IsolationResult, locate_bad_nodes
+from fleetval.planning.nccl_pairs import IsolationResult, locate_bad_nodes, resume_search
 
 
 def fleet(n: int) -> list[str]:
@@ -96,3 +96,38 @@ def test_result_json() -> None:
     data = json.loads(json.dumps(result.to_json()))
     assert data["bad"] == ["r00-n05"]
     assert data["probes_used"] == len(data["probes"])
+
+
+@pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 1), (16, 0), (16, 1), (64, 2), (232, 3)])
+def test_a_resumed_search_asks_the_same_groups_and_finds_the_same_nodes(n: int, k: int) -> None:
+    """Probes that run elsewhere (an MPIJob each): replaying over the answers so far asks for the
+    next group, one at a time, and ends where the direct search ends."""
+    nodes = fleet(n)
+    for seed in range(10):
+        bad = set(random.Random(seed).sample(nodes, k))
+        direct = locate_bad_nodes(nodes, group_probe(bad, []))
+        answers: dict[frozenset[str], bool] = {}
+        asked: list[tuple[str, ...]] = []
+        while True:
+            progress = resume_search(nodes, lambda g, known=answers: known.get(frozenset(g)))  # type: ignore[misc]
+            if progress.next_group is None:
+                break
+            asked.append(progress.next_group)
+            answers[frozenset(progress.next_group)] = not (set(progress.next_group) & bad)
+            assert len(asked) <= direct.probes_used
+        assert asked == [r.group for r in direct.probes]
+        assert progress.result == direct
+        assert set(progress.cleared) <= set(nodes) - bad
+
+
+def test_a_stopped_search_says_what_it_knows_so_far() -> None:
+    nodes = fleet(16)
+    bad = {"r00-n03", "r00-n11"}
+    answers: dict[frozenset[str], bool] = {}
+    progress = resume_search(nodes, lambda g: answers.get(frozenset(g)))
+    while not progress.result.bad:  # answer until the first bad node is located
+        assert progress.next_group is not None
+        answers[frozenset(progress.next_group)] = not (set(progress.next_group) & bad)
+        progress = resume_search(nodes, lambda g: answers.get(frozenset(g)))
+    assert progress.next_group is not None  # the search goes on for the second one
+    assert set(progress.result.bad) < bad and not set(progress.cleared) & bad

@@ -355,8 +355,13 @@ def test_more_gpus_than_the_container_has_is_a_cuda_error() -> None:
 def test_network_faults_give_nccl_tests_exit_codes() -> None:
     wrong = nccl_pod("r01-n05", shm_bytes=1 << 30)
     assert wrong.exit_code == 1 and parse_nccl(wrong.output).oob_failed
-    hung = nccl_pod("r01-n04", shm_bytes=1 << 30)  # no -T: the collective never returns
-    assert (hung.exit_code, hung.duration_s) == (137, NEVER)
+    # The probe passes -T 600: a hung collective ends at nccl-tests' own timeout, a finding.
+    probed = nccl_pod("r01-n04", shm_bytes=1 << 30)
+    assert probed.exit_code == 4 and "r01-n04: Test timeout (600s)" in probed.output
+    hung = bash(
+        NCCL_TESTS_IMAGE, "exec /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8", node="r01-n04"
+    )
+    assert (hung.exit_code, hung.duration_s) == (137, NEVER)  # without -T it never returns
     assert "Test timeout" not in hung.output and not parse_nccl(hung.output).complete
     timed = bash(
         NCCL_TESTS_IMAGE,

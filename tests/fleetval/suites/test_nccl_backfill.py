@@ -8,16 +8,13 @@ from typing import Any
 
 import pytest
 
-from fleetval.sim.cluster import SimCluster
-from fleetval.sim.spec import load_fleet_spec
 from fleetval.store import nccl_queries
 from fleetval.store.models import Baseline, VerdictRow
 from fleetval.store.repository import Store
-from fleetval.suites import nccl, nccl_backfill
-from tests.paths import ROOT
+from fleetval.suites import nccl_backfill
+from fleetval.suites.nccl_judge import METRIC
+from tests.nccl_lab import PROFILE, Lab, sweep
 
-NETLAB = ROOT / "include" / "fleetval" / "sim" / "fleets" / "netlab.yaml"
-PROFILE = "h100-sxm-ndr"
 NODES = ["r01-n01", "r01-n02", "r01-n03", "r02-n02", "r02-n04"]  # r01-n02: NVLink degraded
 
 
@@ -25,7 +22,7 @@ def spec_sheet_baseline(store: Store, scope: str, gbps: float) -> int:
     """The mistake the NCCL criteria rule out: a baseline typed in from a datasheet."""
     baseline_id, _ = store.add_baseline_candidate(
         profile=PROFILE,
-        metric=nccl.METRIC,
+        metric=METRIC,
         scope=scope,
         value=gbps,
         unit="GB/s",
@@ -45,10 +42,9 @@ def snapshot(store: Store, run_id: int) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def swept(store: Store) -> tuple[Store, int, int]:
-    cluster = SimCluster.load(store.engine, load_fleet_spec(NETLAB.read_text()))
     old_baseline = spec_sheet_baseline(store, "intra-8", 600.0)
     spec_sheet_baseline(store, "inter-2x8", 370.0)
-    run_id = nccl.run_sweep(store, cluster, run_key="sweep/1", nodes=NODES)
+    run_id = sweep(store, Lab(), run_key="sweep/1", nodes=NODES)
     return store, run_id, old_baseline
 
 
@@ -91,7 +87,7 @@ def test_backfill_rederives_rejudges_and_reports_without_overwriting(swept: tupl
     assert {r["subject"] for r in new_rows if r["criterion"] == "D-NET-NCCL-01"} == set(NODES)
     assert nccl_queries.run_by_id(store, rejudged["new_run_id"])["suite"] == "baseline_backfill"  # type: ignore[index]
     # the spec-sheet baseline is retired, not deleted
-    series = nccl_queries.baselines(store, profile=PROFILE, metric=nccl.METRIC, scope="intra-8")
+    series = nccl_queries.baselines(store, profile=PROFILE, metric=METRIC, scope="intra-8")
     assert [(b["version"], b["status"]) for b in series] == [(1, "retired"), (2, "promoted")]
 
     # idempotent: the same backfill run again allocates no new baseline and no new verdict
@@ -114,7 +110,7 @@ def test_backfill_rederives_rejudges_and_reports_without_overwriting(swept: tupl
         3,
         "candidate",
     )
-    assert store.promoted_baseline(profile=PROFILE, metric=nccl.METRIC, scope="intra-8")["version"] == 2  # type: ignore[index]
+    assert store.promoted_baseline(profile=PROFILE, metric=METRIC, scope="intra-8")["version"] == 2  # type: ignore[index]
 
 
 def test_backfill_of_an_empty_range_derives_nothing(swept: tuple[Store, int, int]) -> None:

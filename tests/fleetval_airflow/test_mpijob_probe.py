@@ -1,0 +1,294 @@
+"""Multi-node probes as MPIJobs against the simulated cluster (`fleetval sim serve`: the
+mpi-operator's controller, Kueue admission), through the real kubernetes client and the provider's
+hook: the pair probe operator on the worker and deferred (its trigger run with asyncio, as the
+triggerer would), a reported NCCL failure, a job Kueue never admits, an mpirun that cannot start
+nccl-tests, reattaching on a retry, bounded forensics, and the isolation operator deferring once
+per round until it has located the bad node. The trigger's waiting rules run against a fake API."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from fleetval.k8s import mpijob
+from fleetval.k8s.specs import ProbeSpec, nccl_probe
+from fleetval.suites import nccl_judge, nccl_plan
+from fleetval_airflow.mpijobs import NOT_ADMITTED, OVERDUE, JobRef, MPIJobRunner, backoff, outcome, poll
+from tests.nccl_lab import NETLAB, Lab
+
+NS = "fleetval"
+PAIR = ["r01-n01", "r02-n01"]
+
+
+def context(task_id: str, try_number: int = 1) -> dict[str, Any]:
+    ti = SimpleNamespace(
+        dag_id="probe_test",
+        task_id=task_id,
+        map_index=-1,
+        try_number=try_number,
+        start_date=dt.datetime.now(dt.UTC),
+        xcom_push=lambda **_: None,
+    )
+    return {"ti": ti, "run_id": "manual__probe_test", "dag": SimpleNamespace()}
+
+
+def pair(nodes: list[str] | None = None, repeat: int = 0, **overrides: Any) -> ProbeSpec:
+    spec = nccl_probe(
+        nodes or PAIR,
+        gpus_per_node=8,
+        repeat=repeat,
+        run_key="t",
+        profile="p",
+        scope="inter-2x8",
+        fabric="ib",
+    )
+    return ProbeSpec.from_json({**spec.to_json(), **overrides})
+
+
+def operator(spec: ProbeSpec, fv_run: int, **kwargs: Any) -> Any:
+    from fleetval_airflow.mpijob_probe import MPIJobProbeOperator
+
+    kwargs.setdefault("deferrable", False)
+    return MPIJobProbeOperator(task_id="nccl_pair", probe=spec.to_json(), fv_run=fv_run, **kwargs)
+
+
+def first_event(trigger: Any) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        gen = trigger.run()
+        try:
+            return (await asyncio.wait_for(gen.__anext__(), timeout=60)).payload  # type: ignore[no-any-return]
+        finally:
+            await gen.aclose()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def kube(sim_kube: Any) -> Any:
+    kube = sim_kube(NETLAB)
+    kube.run = kube.store.ensure_run("mpijob-test", suite=nccl_plan.SUITE, backend="kubernetes")
+    return kube
+
+
+def stored(kube: Any, spec: ProbeSpec) -> dict[str, Any]:
+    [probe] = kube.store.probes(kube.run, [spec.probe_key])
+    return probe  # type: ignore[no-any-return]
+
+
+def jobs(kube: Any) -> list[dict[str, Any]]:
+    return list(kube.custom.list_namespaced_custom_object("kubeflow.org", "v2beta1", NS, "mpijobs")["items"])
+
+
+def test_a_pair_probe_is_a_kueue_admitted_mpijob_whose_launcher_log_is_stored(kube: Any) -> None:
+    spec = pair()
+    result = operator(spec, kube.run).execute(context("nccl_pair"))
+    assert result["outcome"] == "Succeeded" and result["exit_code"] == 0
+    probe = stored(kube, spec)
+    assert probe["spec"]["harness_error"] is None and probe["exit_code"] == 0
+    assert probe["nodes"] == PAIR and probe["spec"]["mpijob"] == result["mpijob"]
+    assert result["mpijob"] == f"{mpijob.mpijob_name(spec)}-t1"
+    # the raw output is the launcher's: nccl-tests over both nodes, decoded as text
+    assert "Avg bus bandwidth" in probe["raw"] and "b'" not in probe["raw"][:5]
+    run = nccl_judge.repeat_from_probe(probe).run
+    assert run is not None and run.nnodes == 2
+    assert jobs(kube) == []  # a succeeded job is deleted
+    events = kube.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={result['mpijob']}")
+    assert any("Admitted" in (e.message or "") for e in events.items)  # Kueue let the gang in
+
+
+def test_deferred_the_trigger_waits_and_the_task_resumes(kube: Any) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from fleetval_airflow.triggers.mpijob import CLASSPATH, MPIJobTrigger
+
+    spec = pair(["r01-n02", "r02-n02"])
+    op = operator(spec, kube.run, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context("nccl_pair"))
+    trigger = deferred.value.trigger
+    assert deferred.value.method_name == "execute_complete"
+    classpath, kwargs = trigger.serialize()
+    assert classpath == CLASSPATH
+    again = MPIJobTrigger(**kwargs)  # what the triggerer rebuilds from the metadata DB
+    assert again.serialize() == (classpath, kwargs)
+    event = first_event(again)
+    assert event["status"] == "done" and list(event["outcomes"].values()) == ["Succeeded"]
+    result = op.execute_complete(context("nccl_pair"), event)
+    assert result["outcome"] == "Succeeded"
+    assert "Avg bus bandwidth" in stored(kube, spec)["raw"] and jobs(kube) == []
+
+
+def test_a_reported_nccl_failure_is_output_and_the_job_is_kept(kube: Any) -> None:
+    spec = pair(["r01-n01", "r02-n07"])  # r02-n07: wrong results (nccl-tests exits 1)
+    result = operator(spec, kube.run).execute(context("nccl_pair"))
+    assert result["outcome"] == "Failed" and result["exit_code"] == 1
+    probe = stored(kube, spec)
+    assert probe["spec"]["harness_error"] is None and "Out of bounds values" in probe["raw"]
+    [job] = jobs(kube)  # kept for forensics
+    assert job["metadata"]["name"] == result["mpijob"] and mpijob.job_state(job) == "Failed"
+
+
+def test_mpirun_that_cannot_start_nccl_tests_is_a_harness_failure(kube: Any) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    spec = pair()
+    broken = ProbeSpec.from_json(
+        {**spec.to_json(), "params": {**spec.params, "argv": ["all_reduce_prf", *spec.params["argv"][1:]]}}
+    )
+    with pytest.raises(AirflowException, match="before nccl-tests ran"):
+        operator(broken, kube.run).execute(context("nccl_pair"))
+    probe = stored(kube, broken)
+    assert probe["exit_code"] == 1 and "before nccl-tests ran" in probe["spec"]["harness_error"]
+    assert "unable to find the specified executable" in probe["raw"]  # the launcher's log is kept
+
+
+def test_a_job_kueue_never_admits_is_withdrawn_and_an_error(
+    kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.setenv("FLEETVAL_KUEUE_QUEUE", "no-such-queue")
+    spec = pair()
+    with pytest.raises(AirflowException, match="not admitted by Kueue"):
+        operator(spec, kube.run, admission_timeout_s=1, poll_interval=0.2).execute(context("nccl_pair"))
+    assert "not admitted by Kueue (queue no-such-queue)" in stored(kube, spec)["spec"]["harness_error"]
+    assert jobs(kube) == []  # it cannot start later on nodes that have moved on
+
+
+def test_a_retry_reattaches_to_a_queued_job_and_replaces_a_failed_one(kube: Any) -> None:
+    runner = MPIJobRunner(kube.custom, kube.core, namespace=NS, queue="no-such-queue")
+    spec = pair()
+    first = runner.submit(spec, attempt=1)
+    assert runner.submit(spec, attempt=2).name == first.name  # still queued: the same job
+    runner.delete(first)
+    wrong = pair(["r01-n01", "r02-n07"])
+    ok = MPIJobRunner(kube.custom, kube.core, namespace=NS, queue="fleetval-validation")
+    failed = ok.submit(wrong, attempt=1)
+    assert ok.wait([failed], poll_interval=0.2) == {failed.name: "Failed"}
+    retried = ok.submit(wrong, attempt=2)  # a failed job is kept beside its retry's
+    assert retried.name == f"{mpijob.mpijob_name(wrong)}-t2" != failed.name
+    assert ok.wait([retried], poll_interval=0.2) == {retried.name: "Failed"}
+    assert len(jobs(kube)) == 2
+    assert ok.prune_failed(keep=1) == [failed.name]  # forensics, bounded: the newest stays
+    assert [j["metadata"]["name"] for j in jobs(kube)] == [retried.name]
+
+
+def test_the_isolation_task_defers_once_per_round_until_it_locates_the_bad_node(kube: Any) -> None:
+    """The sweep's pairs ran (here through the suite's steps); the isolation operator runs its
+    group probes as MPIJobs on the simulated cluster, deferred, round after round."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from fleetval_airflow.nccl_isolation import NcclIsolationOperator
+
+    store, lab = kube.store, Lab()
+    nodes = ["r01-n01", "r01-n03", "r01-n05", "r02-n02", "r02-n03", "r02-n04"]  # r02-n03: IB errors
+    run_key = "post_upgrade_nccl_sweep/manual__iso"
+    fv_run = store.ensure_run(run_key, suite=nccl_plan.SUITE, backend="kubernetes")
+    plan = nccl_plan.plan_sweep(lab.list_nodes(), only=nodes)
+    store.update_run_meta(fv_run, plan=plan.to_json(), run_key=run_key)
+    for kind in nccl_plan.KINDS:
+        for wave in range(len(plan.waves(kind))):
+            lab.run(store, fv_run, nccl_plan.wave_specs(plan, kind, wave, run_key=run_key))
+    specs = nccl_plan.sweep_specs(plan, run_key=run_key)
+    nccl_judge.judge_sweep(store, fv_run, specs, lookup=nccl_judge.promoted_lookup(store))
+
+    op = NcclIsolationOperator(task_id="isolate", fv_run=fv_run, deferrable=True, poll_interval=0.5)
+
+    def attempt(call: Any) -> tuple[Any, Any]:
+        try:
+            return call(), None
+        except TaskDeferred as deferred:
+            return None, deferred
+
+    result, deferred = attempt(lambda: op.execute(context("isolate")))
+    deferrals = 0
+    while deferred is not None:
+        deferrals += 1
+        assert deferred.method_name == "resume" and deferrals < 30
+        event = first_event(deferred.trigger)
+        result, deferred = attempt(lambda event=event: op.resume(context("isolate"), event))
+    assert result["bad"] == ["r02-n03"] and result["undetermined"] == []
+    assert deferrals == 3 * result["probes_used"]  # one repeat of one group per round
+    isolation = store.run_meta(fv_run)["isolation"]
+    assert isolation["bad"] == ["r02-n03"]
+    group_probes = [p for p in store.probes(fv_run, with_raw=False) if "/isolate/" in p["probe_key"]]
+    assert len(group_probes) == deferrals and all(p["spec"]["mpijob"] for p in group_probes)
+    located = [r for r in store.verdicts(fv_run) if r["rule_id"] == "nccl.isolation.located"]
+    assert [(r["subject"], r["evidence"]["failed_criteria"]) for r in located] == [
+        ("r02-n03", ["D-NET-NCCL-03"])
+    ]
+
+
+# --- waiting rules, without a cluster --------------------------------------------------------
+
+
+def ref(**kw: Any) -> JobRef:
+    return JobRef(
+        **{"name": "j", "namespace": NS, "probe": pair().to_json(), "admit_by": 100.0, "end_by": 200.0, **kw}
+    )
+
+
+def job(*conditions: str, suspend: bool = False) -> dict[str, Any]:
+    return {
+        "spec": {"runPolicy": {"suspend": suspend}},
+        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("found", "now", "expected"),
+    [
+        (job("Created", "Suspended", suspend=True), 50.0, None),  # queued: wait
+        (job("Created", "Suspended", suspend=True), 150.0, NOT_ADMITTED),  # Kueue never admitted it
+        (job("Created"), 150.0, None),  # admitted, workers starting: wait for its run deadline
+        (job("Created", "Running"), 250.0, OVERDUE),
+        (job("Created", "Succeeded"), 999.0, "Succeeded"),
+        (job("Created", "Failed"), 10.0, "Failed"),
+        (None, 10.0, "Gone"),
+    ],
+)
+def test_when_a_wait_ends(found: dict[str, Any] | None, now: float, expected: str | None) -> None:
+    assert outcome(found, ref(), now) == expected
+
+
+class FakeCustom:
+    def __init__(self, states: dict[str, Any]) -> None:
+        self.states = states
+
+    def get_namespaced_custom_object(self, *, name: str, **api: Any) -> dict[str, Any]:
+        found = self.states[name]
+        if isinstance(found, Exception):
+            raise found
+        return found  # type: ignore[no-any-return]
+
+
+def test_poll_answers_once_every_job_is_done() -> None:
+    a, b = ref(name="a"), ref(name="b")
+    custom = FakeCustom({"a": job("Succeeded"), "b": job("Running")})
+    assert poll(custom, [a, b], 10.0) is None
+    custom.states["b"] = ApiException(status=404)
+    assert poll(custom, [a, b], 10.0) == {"a": "Succeeded", "b": "Gone"}
+    custom.states["b"] = ApiException(status=500)
+    with pytest.raises(ApiException):
+        poll(custom, [a, b], 10.0)
+    assert [backoff(i) for i in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_an_api_error_while_deferred_fails_the_wait_not_the_triggerer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fleetval_airflow.triggers.mpijob import MPIJobTrigger
+
+    trigger = MPIJobTrigger([ref().to_json()], poll_interval=0.01)
+    monkeypatch.setattr(
+        trigger, "_custom", lambda: FakeCustom({"j": ApiException(status=503, reason="down")})
+    )
+    event = first_event(trigger)
+    assert event["status"] == "error" and "503" in event["message"] and event["jobs"] == [ref().to_json()]
+    with pytest.raises(ValueError, match="at least one job"):
+        MPIJobTrigger([])
