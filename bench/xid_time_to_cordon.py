@@ -1,5 +1,6 @@
-"""Time from an Xid to its cordon, with Airflow 3 running (standalone, LocalExecutor) on the sim
-backend: the `xid_remediation` DAG woken by its AssetWatcher, as in production.
+"""Time from an Xid to its cordon, with Airflow 3 running (standalone, LocalExecutor) against the
+simulated cluster (`fleetval sim serve`): the `xid_remediation` DAG woken by its AssetWatcher,
+cordons and r3 probe pods through the Kubernetes API, as in production.
 
 1. 150 nodes of a 192-node fleet log Xid 79 at the same instant → p50/p90 time-to-cordon
    (Xid line timestamp → cordon recorded), target p90 <= 15 s.
@@ -26,9 +27,10 @@ from pathlib import Path
 import yaml
 
 from fleetval.sim.airflow_run import LocalAirflow
-from fleetval.sim.cluster import SimCluster
+from fleetval.sim.kube.cluster import SimKubeCluster
+from fleetval.sim.kube.server import KubeApiServer
 from fleetval.sim.spec import load_fleet_spec
-from fleetval.sim.xid_source import inject
+from fleetval.sim.xid_source import inject as deliver
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import Store
@@ -86,20 +88,23 @@ def main() -> None:
     db_url = f"sqlite:///{work}/fleetval.db"
     engine = make_engine(db_url)
     upgrade(engine)
-    cluster = SimCluster.load(engine, load_fleet_spec(yaml.safe_dump(fleet_spec())))
+    spec = load_fleet_spec(yaml.safe_dump(fleet_spec()))
     store = Store(engine)
-    nodes = [n.name for n in cluster.list_nodes()]
+    nodes = sorted(name for name, _rack in spec.nodes())
+    server = KubeApiServer(SimKubeCluster(spec, engine, time_scale=0.0))
+    server.start()
+
+    def inject(injections: list[tuple[str, int, int, int]], *, at: dt.datetime, tag: str) -> int:
+        return deliver(engine, spec, injections, at=at, tag=tag)
+
     airflow = LocalAirflow(
         work,
         db_url,
-        work / "kubeconfig",  # unused: Xid remediation runs on the in-database simulator here
+        server.write_kubeconfig(work / "kubeconfig"),
         port=args.port,
         use_schedules=True,  # asset-triggered runs
-        extra_env={
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW_VAR_FLEETVAL_BACKEND": "sim",
-            "AIRFLOW_VAR_FLEETVAL_SIM_FLEET": "bench-xid",
-        },
+        deferrable_probes=False,  # instant simulated r3 (see LocalAirflow.deferrable_probes)
+        extra_env={"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False"},
     )
     try:
         airflow.start(timeout_s=180)
@@ -113,7 +118,7 @@ def main() -> None:
 
         # 1. 150 nodes at once.
         victims = set(nodes[:150])
-        inject(cluster, [(n, 79, 0, 1) for n in sorted(victims)], at=dt.datetime.now(dt.UTC), tag="p1")
+        inject([(n, 79, 0, 1) for n in sorted(victims)], at=dt.datetime.now(dt.UTC), tag="p1")
         ttc = wait_cordons(store, victims, 300)
         cordoned = [ttc[n] for n in victims if n in ttc]
         print(
@@ -130,7 +135,7 @@ def main() -> None:
         )
         time.sleep(6)  # phase-1 cordons leave the 5 s window
         second = set(nodes[150:190])
-        inject(cluster, [(n, 79, 0, 1) for n in sorted(second)], at=dt.datetime.now(dt.UTC), tag="p2")
+        inject([(n, 79, 0, 1) for n in sorted(second)], at=dt.datetime.now(dt.UTC), tag="p2")
         wait_cordons(store, second, 300)
         rows = [r for r in store.verdicts() if r["subject"] in second]
         got = sum(1 for r in rows if r["criterion"] == "D-DEV-05")
@@ -144,7 +149,7 @@ def main() -> None:
         # 3. An Xid 45 storm cordons nothing by itself.
         storm = set(nodes[190:192]) | {nodes[0]}
         before = {e["id"] for e in store.node_events(kind="cordon")}
-        inject(cluster, [(n, 45, 1, 300) for n in sorted(storm)], at=dt.datetime.now(dt.UTC), tag="p3")
+        inject([(n, 45, 1, 300) for n in sorted(storm)], at=dt.datetime.now(dt.UTC), tag="p3")
         airflow.wait_for(
             "the storm to be judged",
             lambda: all(
@@ -166,6 +171,7 @@ def main() -> None:
         )
     finally:
         airflow.stop()
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

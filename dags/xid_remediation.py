@@ -10,23 +10,30 @@ Event-driven: runs when new NVIDIA **Xid** kernel lines reach the fleetval Xid i
    `max_fleet_fraction` of the fleet or `max_rack_fraction` of a rack cordoned for Xids within
    `breaker_window_s`): then an **F-SAFE-01** alert verdict stands in for the cordon.
    Time from the first Xid to the cordon is a D-DEV-05 verdict per node.
-3. `remediate_node` (one per cordoned node) waits for the node's GPU pods to end, runs DCGM
-   **r3**: Pass → uncordon, Fail → `fleetval.io/quarantine` + taint.
+3. `plan_r3` makes one DCGM **r3** probe per cordoned node. A node whose GPU the device plugin
+   already withdrew (allocatable below capacity) cannot run r3 on every GPU: it is quarantined
+   on that evidence.
+4. `dcgm_r3` (one pod task per node, map index = node) waits for the node's workload GPU pods to
+   end (retries every 10 min, 2 h; the job is never evicted), runs `dcgmi diag -r 3` on all its
+   GPUs and judges it at once: Pass → uncordon, Fail → `fleetval.io/quarantine` + taint.
+5. `close_run`: a node whose r3 gave up gets an `error` verdict and stays cordoned.
 `dry_run` (shadow mode) records every decision and would-be action, touching no node.
 
 **Event source:** `XidInboxTrigger`, chosen by the environment variable `FLEETVAL_XID_SOURCE`,
 read by the triggerer at run time (`inbox`, the default: the simulator or a log shipper; `npd`:
 node-problem-detector Events, see `deploy/node-problem-detector-xid.json`).
-**Triage:** a `fail` verdict is a finding; a failed `remediate_node` that is still retrying means
-the node still runs the job that hit the Xid. Owner: fleet-validation.
+**Triage:** a `fail` verdict is a finding; a `dcgm_r3` map index up for retry with `NodeBusy` in
+its log means the node still runs the job that hit the Xid. Owner: fleet-validation.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 from airflow.sdk import Asset, AssetWatcher, Param, dag
 
 from fleetval_airflow import xid_tasks
-from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
+from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Pool, Tag
 from fleetval_airflow.triggers.xid_inbox import XidInboxTrigger
 
 XID_INBOX = Asset(
@@ -70,8 +77,16 @@ XID_INBOX = Asset(
 def xid_remediation() -> None:
     claim = xid_tasks.claim_xid_lines()
     cordoned = xid_tasks.decide_and_cordon(claim)
-    remediated = xid_tasks.remediate_node.partial(claim=claim).expand(node=cordoned)
-    remediated >> xid_tasks.close_run(claim)
+    r3 = xid_tasks.plan_r3(claim, cordoned)
+    probes = xid_tasks.R3ProbeOperator.partial(
+        task_id="dcgm_r3",
+        pool=Pool.NODE_DIAGNOSIS,
+        map_index_template="{{ task.spec.node }}",
+        retries=12,  # while the job that hit the Xid still runs (NodeBusy): 2 h
+        retry_delay=dt.timedelta(minutes=10),
+        max_active_tis_per_dagrun=16,
+    ).expand_kwargs(r3)
+    probes >> xid_tasks.close_run(claim, r3)
 
 
 xid_remediation()

@@ -1,7 +1,8 @@
 """make demo: the simulated demo fleet served as a Kubernetes API (`fleetval sim serve`), Airflow 3
 standalone on the embedded default (SQLite) pointed at it, and the weekly sweep as the cron runs it:
 one probe pod task per node through the KubernetesPodOperator. Prints the verdicts, then delivers
-an Xid 79 and shows the event-driven remediation, then serves the UI until Ctrl-C.
+Xid 79 lines and shows the event-driven remediation (cordon, an r3 probe pod, back to service or
+quarantine), then serves the UI until Ctrl-C.
 
     python scripts/demo.py [--exit-after-summary] [--port 8080]
 """
@@ -48,8 +49,6 @@ def main() -> int:
     print(f"== fleetval store: {db}")
     engine = make_engine(db)
     upgrade(engine)
-    # Xid remediation still runs on the in-database simulator (Variable fleetval_backend=sim).
-    fleetval("sim", "load", str(FLEET), "--db", db, "--reset")
     server = KubeApiServer(SimKubeCluster(load_fleet_spec(FLEET.read_text()), engine, time_scale=TIME_SCALE))
     server.start()
     kubeconfig = server.write_kubeconfig(DEMO / "kubeconfig")
@@ -62,7 +61,6 @@ def main() -> int:
         password=PASSWORD,
         use_schedules=True,  # unpausing runs the latest weekly slot, as the cron would
         deferrable_probes=False,
-        extra_env={"AIRFLOW_VAR_FLEETVAL_BACKEND": "sim", "AIRFLOW_VAR_FLEETVAL_SIM_FLEET": "demo"},
     )
     try:
         print(f"== starting Airflow 3 (standalone) on :{args.port} — log: {airflow.log_path}")
@@ -77,27 +75,13 @@ def main() -> int:
         print()
         fleetval("verdicts", "--db", db)
         print()
-        print("== an Xid 79 (GPU fell off the bus) on r02-n08 GPU 2: the event wakes xid_remediation")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "fleetval.cli",
-                "sim",
-                "inject-xid",
-                "demo",
-                "--db",
-                db,
-                "--node",
-                "r02-n08",
-                "--code",
-                "79",
-                "--gpu",
-                "2",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
+        print(
+            "== Xid 79 (GPU fell off the bus) on GPU 2 of r01-n01 (a one-off) and of r02-n08 (the "
+            "device plugin withdrew it): the event wakes xid_remediation"
         )
+        nodes = ["--node", "r01-n01", "--node", "r02-n08"]
+        inject = ["sim", "inject-xid", str(FLEET), "--db", db, *nodes, "--code", "79", "--gpu", "2"]
+        subprocess.run([sys.executable, "-m", "fleetval.cli", *inject], check=True, stdout=subprocess.DEVNULL)
         run = airflow.first_run("xid_remediation")
         print(f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run)}")
         print()

@@ -117,41 +117,6 @@ def airflow_db() -> None:
 
 
 @pytest.fixture
-def sim_fleet_loader(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Load a fleet spec file into a fresh PostgreSQL store and point Airflow at it (sim backend).
-
-    Returns a function `load(path) -> (Store, SimCluster)`."""
-    import json
-
-    from fleetval.sim.cluster import SimCluster
-    from fleetval.sim.spec import load_fleet_spec
-    from fleetval.store.engine import make_engine
-    from fleetval.store.migrate import upgrade
-    from fleetval.store.repository import Store
-
-    engine = make_engine(pg_url)
-    upgrade(engine)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
-    )
-    monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_BACKEND", "sim")
-
-    def load(path: pathlib.Path) -> tuple[Any, Any]:
-        cluster = SimCluster.load(engine, load_fleet_spec(path.read_text()))
-        monkeypatch.setenv("AIRFLOW_VAR_FLEETVAL_SIM_FLEET", cluster.fleet)
-        return Store(engine), cluster
-
-    yield load
-    engine.dispose()
-
-
-@pytest.fixture
-def sim_demo(sim_fleet_loader: Any) -> tuple[Any, Any]:
-    """The demo fleet (include/fleetval/sim/fleets/demo.yaml), store on PostgreSQL, Airflow on sim."""
-    return sim_fleet_loader(DEMO_FLEET)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
 def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Serve a simulated fleet as a Kubernetes API (`fleetval sim serve`), its state and the verdict
     store in a fresh PostgreSQL database; point `kubernetes_default` and `fleetval_db` at them.

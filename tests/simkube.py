@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,3 +42,31 @@ class SimKube:
 
     def node(self, name: str) -> Any:
         return self.core.read_node(name)
+
+    def run_workload(
+        self, node: str, gpus: int, *, name: str = "", labels: dict[str, str] | None = None
+    ) -> str:
+        """A training pod holding `gpus` GPUs on `node` (running until deleted); returns its name."""
+        name = name or f"training-{node}"
+        self.core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": name, "labels": labels or {}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "busybox:1.36",
+                            "command": ["/bin/sh", "-c", "sleep infinity"],
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        )
+        for _ in range(100):
+            if self.core.read_namespaced_pod(name, "default").status.phase == "Running":
+                return name
+            time.sleep(0.05)
+        raise AssertionError(f"the workload pod {name} did not start on {node}")

@@ -10,7 +10,7 @@ import argparse
 import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -89,7 +89,6 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
-    from fleetval.sim.cluster import SimCluster
     from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
@@ -99,35 +98,38 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     _default_budgets(args)
     engine = make_engine(args.db)
     upgrade(engine)
+    Store(engine).remember_fleet(spec.name, spec.seed, spec.raw)
     if args.suite == "weekly":
-        return _sim_weekly(args, spec)
-    cluster = SimCluster.load(engine, spec, reset=args.reset)
-    store = Store(engine)
-    as_of = dt.datetime.now(dt.UTC)
-    run_key = args.run_key or f"sim/{spec.name}/{args.suite}/{as_of:%Y%m%dT%H%M%S}"
+        conf = {
+            "dry_run": bool(args.dry_run),
+            "max_fleet_fraction": args.max_fleet_fraction,
+            "max_rack_fraction": args.max_rack_fraction,
+            "max_action_fraction": args.max_action_fraction,
+        }
+        return _sim_dag(args, spec, "weekly_health_sweep", conf)
     if args.suite == "xid":
         from fleetval.sim.xid_source import inject_spec_faults
-        from fleetval.suites import xid
 
-        inject_spec_faults(cluster, at=as_of, tag=run_key)
-        run_id = xid.run_remediation(
-            store,
-            cluster,
-            run_key=run_key,
-            fleet=spec.name,
-            breaker=xid.XidBreaker(args.max_action_fraction, args.max_rack_fraction),
-            dry_run=args.dry_run,
-            now=as_of,
-        )
-        _emit(
-            {
-                "run_id": run_id,
-                "run_key": run_key,
-                "verdicts": [_verdict_json(v) for v in store.verdicts(run_id)],
-            }
-        )
-        return 0
-    return _sim_nccl(args, store, cluster, run_key)
+        conf = {
+            "dry_run": bool(args.dry_run),
+            "max_fleet_fraction": args.max_action_fraction,
+            "max_rack_fraction": args.max_rack_fraction,
+        }
+
+        def deliver(_airflow: Any) -> dict[str, Any]:  # once Airflow is up: time-to-cordon starts here
+            at = dt.datetime.now(dt.UTC)
+            inject_spec_faults(engine, spec, at=at, tag=args.run_key or f"{at:%Y%m%dT%H%M%S.%f}")
+            return {}
+
+        return _sim_dag(args, spec, "xid_remediation", conf, before_trigger=deliver)
+    conf = {"nodes": [], "repeats": 3, "dry_run": bool(args.dry_run)}
+    return _sim_dag(
+        args,
+        spec,
+        "post_upgrade_nccl_sweep",
+        conf,
+        before_trigger=lambda airflow: _nccl_reference_baselines(args, spec, Store(engine), airflow),
+    )
 
 
 def _default_budgets(args: argparse.Namespace) -> None:
@@ -155,9 +157,16 @@ def _default_budgets(args: argparse.Namespace) -> None:
 DEFER_MIN_TIME_SCALE = 0.2  # r2's 150 s × 0.2 = 30 s
 
 
-def _sim_weekly(args: argparse.Namespace, spec: Any) -> int:
-    """The weekly sweep as production runs it: the DAGs on a local Airflow, probes as pods of the
-    simulated cluster served on 127.0.0.1 for the run."""
+def _sim_dag(
+    args: argparse.Namespace,
+    spec: Any,
+    dag_id: str,
+    conf: dict[str, Any],
+    *,
+    before_trigger: Callable[[Any], dict[str, Any]] | None = None,
+) -> int:
+    """A suite as production runs it: its DAG on a local Airflow, probes as pods of the simulated
+    cluster served on 127.0.0.1 for the run."""
     import tempfile
 
     from fleetval.sim.airflow_run import LocalAirflow
@@ -183,67 +192,60 @@ def _sim_weekly(args: argparse.Namespace, spec: Any) -> int:
         )
         try:
             airflow.start()
-            conf = {
-                "dry_run": bool(args.dry_run),
-                "max_fleet_fraction": args.max_fleet_fraction,
-                "max_rack_fraction": args.max_rack_fraction,
-                "max_action_fraction": args.max_action_fraction,
-            }
-            run_id = airflow.trigger("weekly_health_sweep", conf)
-            state = airflow.wait_run("weekly_health_sweep", run_id)
+            extra = before_trigger(airflow) if before_trigger is not None else {}
+            run_id = airflow.trigger(dag_id, conf)
+            state = airflow.wait_run(dag_id, run_id)
         finally:
             airflow.stop()
             server.stop()
     store = Store(engine)
-    run_key = f"weekly_health_sweep/{run_id}"
+    run_key = f"{dag_id}/{run_id}"
     fv_run = store.run_id(run_key)
     verdicts = store.verdicts(fv_run) if fv_run is not None else []
-    _emit({"run_key": run_key, "airflow_state": state, "verdicts": [_verdict_json(v) for v in verdicts]})
+    _emit(
+        {
+            "run_key": run_key,
+            "airflow_state": state,
+            **extra,
+            "verdicts": [_verdict_json(v) for v in verdicts],
+        }
+    )
     return 0 if state == "success" else EXIT_FAILED
 
 
-def _sim_nccl(args: argparse.Namespace, store: Any, cluster: Any, run_key: str) -> int:
-    """Post-upgrade NCCL sweep in-process; `--reference` nodes first measure and promote the
-    baselines (as onboarding does), since verdicts are only ever judged against measured ones."""
-    from fleetval.suites import nccl
+def _nccl_reference_baselines(
+    args: argparse.Namespace, spec: Any, store: Any, airflow: Any
+) -> dict[str, Any]:
+    """`--reference` nodes: the sweep DAG measures them first (a dry run), and their measurements
+    become the promoted baselines (as onboarding does): verdicts are only ever judged against
+    measured baselines. Without reference nodes, busbw verdicts are inconclusive."""
+    from fleetval.suites import nccl_baselines, nccl_plan
 
+    if not args.reference:
+        return {"baselines": []}
+    dag_id = "post_upgrade_nccl_sweep"
+    run_id = airflow.trigger(dag_id, {"nodes": list(args.reference), "repeats": 1, "dry_run": True})
+    state = airflow.wait_run(dag_id, run_id, timeout_s=1800)
+    ref_run = store.run_id(f"{dag_id}/{run_id}")
+    if state != "success" or ref_run is None:
+        raise FleetvalError(f"the reference run {run_id} ended {state}: no baseline to judge against")
     baselines = []
-    if args.reference:
-        ref_run = nccl.run_sweep(
-            store,
-            cluster,
-            run_key=f"{run_key}/reference",
-            nodes=args.reference,
-            dry_run=True,
-            fleet=cluster.fleet,
-        )
-        profiles = {cluster.node(n).profile for n in args.reference}
-        for profile in sorted(profiles):
-            gpus = cluster.spec.profiles[profile].gpus
-            for scope in (nccl.intra_scope(gpus), nccl.inter_scope(gpus)):
-                made = nccl.establish_baseline(store, ref_run, profile, scope)
-                store.promote_baseline(made.baseline_id)
-                baselines.append(
-                    {
-                        "profile": profile,
-                        "scope": scope,
-                        "id": made.baseline_id,
-                        "version": made.version,
-                        "busbw_gbps": made.value,
-                    }
-                )
-    run_id = nccl.run_sweep(
-        store, cluster, run_key=run_key, nodes=None, dry_run=args.dry_run, fleet=cluster.fleet
-    )
-    _emit(
-        {
-            "run_id": run_id,
-            "run_key": run_key,
-            "baselines": baselines,
-            "verdicts": [_verdict_json(v) for v in store.verdicts(run_id)],
-        }
-    )
-    return 0
+    profiles = {spec.profile_of(n).name: spec.profile_of(n) for n in args.reference}
+    for _name, profile in sorted(profiles.items()):
+        # On a cluster a node's profile is GPU feature discovery's product label.
+        for scope in (nccl_plan.intra_scope(profile.gpus), nccl_plan.inter_scope(profile.gpus)):
+            made = nccl_baselines.establish_baseline(store, ref_run, profile.gpu_product, scope)
+            store.promote_baseline(made.baseline_id)
+            baselines.append(
+                {
+                    "profile": profile.gpu_product,
+                    "scope": scope,
+                    "id": made.baseline_id,
+                    "version": made.version,
+                    "busbw_gbps": made.value,
+                }
+            )
+    return {"reference_run_key": f"{dag_id}/{run_id}", "baselines": baselines}
 
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
@@ -256,6 +258,7 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
 
     spec = load_fleet_spec(_read(args.fleet))
     state_dir = Path(args.state_dir)
@@ -263,6 +266,7 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(db)
     upgrade(engine)
+    Store(engine).remember_fleet(spec.name, spec.seed, spec.raw)
     cluster = SimKubeCluster(spec, engine, time_scale=args.time_scale)
     if args.reset:
         cluster.reset()
@@ -283,16 +287,23 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_load(args: argparse.Namespace) -> int:
-    from fleetval.sim.cluster import SimCluster
+    """Load a fleet spec into the store the simulated cluster keeps its state in (what
+    `sim serve` does first); `--reset` drops the state a previous server left."""
+    from fleetval.sim.kube.cluster import SimKubeCluster
     from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
 
     spec = load_fleet_spec(_read(args.fleet))
     engine = make_engine(args.db)
     upgrade(engine)
-    cluster = SimCluster.load(engine, spec, reset=args.reset)
-    _emit({"fleet": spec.name, "nodes": len(cluster.list_nodes()), "faults": len(spec.faults)})
+    Store(engine).remember_fleet(spec.name, spec.seed, spec.raw)
+    cluster = SimKubeCluster(spec, engine)
+    if args.reset:
+        cluster.reset()
+    cluster.start()
+    _emit({"fleet": spec.name, "nodes": len(spec.nodes()), "faults": len(spec.faults)})
     return 0
 
 
@@ -328,20 +339,32 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_inject_xid(args: argparse.Namespace) -> int:
-    from fleetval.sim.cluster import SimCluster
+    from fleetval.sim.spec import load_fleet_spec
     from fleetval.sim.xid_source import inject
     from fleetval.store.engine import make_engine
+    from fleetval.store.repository import Store
 
     at = dt.datetime.now(dt.UTC)
-    cluster = SimCluster(make_engine(args.db), args.fleet)
+    engine = make_engine(args.db)
+    if Path(args.fleet).is_file():
+        spec = load_fleet_spec(_read(args.fleet))
+    else:
+        saved = Store(engine).fleet_spec(args.fleet)
+        if saved is None:
+            raise FleetvalError(
+                f"no simulated fleet {args.fleet!r} in this store: give its spec file, "
+                "or `fleetval sim serve` / `sim load` it first"
+            )
+        spec = load_fleet_spec(saved)
     nodes = args.node or []
     delivered = inject(
-        cluster,
+        engine,
+        spec,
         [(n, args.code, args.gpu, args.count) for n in nodes],
         at=at,
         tag=args.tag or f"{at:%Y%m%dT%H%M%S.%f}",
     )
-    _emit({"fleet": args.fleet, "nodes": len(nodes), "lines": delivered})
+    _emit({"fleet": spec.name, "nodes": len(nodes), "lines": delivered})
     return 0
 
 
@@ -424,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_sub = p_sim.add_subparsers(dest="sim_command", required=True)
     p_run = sim_sub.add_parser(
         "run",
-        help="run a suite on a simulated fleet (weekly: its DAGs on a local Airflow)",
+        help="run a suite on a simulated fleet (weekly, xid: its DAGs on a local Airflow)",
     )
     p_run.add_argument("fleet", help="fleet spec YAML")
     p_run.add_argument("--db", required=True)
@@ -447,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--dry-run", action="store_true", help="record node actions without applying them")
     p_run.add_argument("--reset", action="store_true", help="reset the simulated cluster state from the spec")
     p_run.add_argument(
-        "--time-scale", type=float, default=0.0, help="weekly: simulated tool run time × this (0: instant)"
+        "--time-scale", type=float, default=0.0, help="simulated tool run time × this (0: instant)"
     )
     # Budgets default to the DAGs' own defaults for the suite (weekly: the diagnosis and action
     # budgets; xid: the Xid breaker), so the CLI and the scheduled runs act alike.
@@ -489,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_load.set_defaults(func=cmd_sim_load)
 
     p_inj = sim_sub.add_parser("inject-xid", help="deliver Xid kernel lines for nodes to the Xid inbox")
-    p_inj.add_argument("fleet", help="name of a loaded simulated fleet")
+    p_inj.add_argument("fleet", help="a fleet spec YAML, or the name of a fleet served from this store")
     p_inj.add_argument("--db", required=True)
     p_inj.add_argument("--node", action="append", required=True, help="node name (repeatable)")
     p_inj.add_argument("--code", type=int, required=True, help="Xid number")
@@ -517,8 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error already reported on one line
         return int(exc.code or 0)
+    from fleetval.store.engine import outage_as_error
+
     try:
-        return int(args.func(args))
+        with outage_as_error():
+            return int(args.func(args))
     except (FleetvalError, ValueError, KeyError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {message}", file=sys.stderr)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from fleetval.backends import MAINTENANCE_TAINT, QUARANTINE_LABEL, NodeActions
+from fleetval.nodes import MAINTENANCE_TAINT, QUARANTINE_LABEL, NodeActions
 from fleetval.policy import node_health as nh
 from fleetval.policy.blast_radius import ActionBudget
 from fleetval.records import Result, Verdict

@@ -9,7 +9,9 @@
 - `FLEETVAL_PROBE_DEFERRABLE` (default `true`): probe tasks defer while their pod runs, holding
   no worker slot; `false` keeps them on the worker (for probes that end within seconds).
 - `FLEETVAL_XID_SOURCE` (default `inbox`): where Xid lines come from, `inbox` (the inbox table,
-  filled by the simulator or a log shipper) or `npd` (node-problem-detector Events).
+  filled by the simulator or a log shipper), `npd` (node-problem-detector Events), or `manual`
+  (lines still reach the inbox, but nothing starts a run: someone triggers `xid_remediation`, and
+  that run claims every pending line; for a site that wants a human to start remediation).
 
 Connections (`fleetval_db`, `kubernetes_default`) and Variables (`fleetval_xid_breaker`) are
 Airflow's; see the README's settings table.
@@ -26,7 +28,7 @@ from fleetval.k8s.specs import DCGM_IMAGE, NAMESPACE, NCCL_TESTS_IMAGE
 
 DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
 DEFAULT_KUEUE_QUEUE: Final = "fleetval-validation"
-XID_SOURCES: Final = ("inbox", "npd")
+XID_SOURCES: Final = ("inbox", "npd", "manual")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,11 @@
-"""Where the DAGs get their engine and backend: Airflow Connections and Variables, read at run
-time (never at DAG parse time).
+"""Where the tasks get the store and the cluster: Airflow Connections, read at run time (never
+at DAG parse time).
 
 - Connection `fleetval_db`: the verdict store (not Airflow's metadata DB). A postgres connection,
   or any connection whose extra has `{"url": "<SQLAlchemy URL>"}` (e.g. sqlite for the demo).
-- Variable `fleetval_backend`: `sim` or `k8s` (default `k8s`).
-- Variable `fleetval_sim_fleet`: the simulated fleet's name (sim backend only).
-- Connection `kubernetes_default`: the cluster (k8s backend), through the provider's hook.
+- Connection `kubernetes_default`: the cluster — a customer's, or the simulated one that
+  `fleetval sim serve` serves — through the provider's hook.
+- The environment settings (`FLEETVAL_*`): `settings()`.
 """
 
 from __future__ import annotations
@@ -13,19 +13,17 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Connection, Variable
+from airflow.sdk import Connection
 
 from fleetval.store.engine import make_engine
 from fleetval.store.repository import Store
 
 if TYPE_CHECKING:
-    from fleetval.backends import Backend
     from fleetval.k8s.cluster import KubeCluster
     from fleetval.settings import Settings
 
 DB_CONN_ID = "fleetval_db"
 KUBE_CONN_ID = "kubernetes_default"
-BACKENDS = ("sim", "k8s")
 
 
 @cache
@@ -50,24 +48,6 @@ def url_from_connection(conn: Connection) -> str:
 
 def store() -> Store:
     return _store_for(db_url())
-
-
-def backend_name() -> str:
-    name = str(Variable.get("fleetval_backend", default="k8s"))
-    if name not in BACKENDS:
-        raise ValueError(f"Variable fleetval_backend must be one of {BACKENDS}, got {name!r}")
-    return name
-
-
-def backend() -> Backend:
-    name = backend_name()
-    if name == "sim":
-        from fleetval.sim.cluster import SimCluster
-
-        return SimCluster(store().engine, str(Variable.get("fleetval_sim_fleet")))
-    from fleetval_airflow.k8s_backend import KubernetesBackend
-
-    return KubernetesBackend()
 
 
 def settings() -> Settings:

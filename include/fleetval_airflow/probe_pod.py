@@ -99,15 +99,17 @@ class ProbePodOperator(KubernetesPodOperator):
 
     # --- raw output ---------------------------------------------------------------------------
     def store_output(self, raw: str, *, exit_code: int | None, error: str | None) -> None:
+        from fleetval.store.engine import outage_as_error
         from fleetval.suites import device
         from fleetval_airflow import config
 
         now = dt.datetime.now(dt.UTC).timestamp()
-        device.store_probe_outputs(
-            config.store(),
-            self.fv_run,
-            [device.probe_output(self.spec, raw, exit_code=exit_code, error=error, finished_at=now)],
-        )
+        with outage_as_error():
+            device.store_probe_outputs(
+                config.store(),
+                self.fv_run,
+                [device.probe_output(self.spec, raw, exit_code=exit_code, error=error, finished_at=now)],
+            )
         self._stored = True
 
     def execute(self, context: Any) -> Any:

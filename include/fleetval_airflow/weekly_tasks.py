@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow.sdk import get_current_context, task
 
+from fleetval.store.engine import outage_is_one_line  # light: SQLAlchemy is loaded by Airflow already
+
 WAVE_DAG_ID = "weekly_health_sweep_wave"
 
 # fleetval (SQLAlchemy, parsers, judges) is imported inside the tasks: the DAG processor parses
@@ -19,6 +21,7 @@ def _run_key() -> str:
 
 
 @task
+@outage_is_one_line
 def start_run() -> int:
     """Create (or find, on a retry) the fleetval run for this DAG run; keep its parameters.
 
@@ -39,6 +42,7 @@ def start_run() -> int:
 
 
 @task
+@outage_is_one_line
 def plan_waves(fv_run: int) -> list[dict[str, Any]]:
     """Select idle GPU nodes and split them into waves within the diagnosis budget.
 
@@ -76,6 +80,7 @@ def plan_waves(fv_run: int) -> list[dict[str, Any]]:
 
 
 @task
+@outage_is_one_line
 def wave_probes() -> list[dict[str, Any]]:
     """The wave's probes, one per node: the arguments of each mapped probe pod task."""
     from fleetval.suites import weekly
@@ -89,6 +94,7 @@ def wave_probes() -> list[dict[str, Any]]:
 
 
 @task(trigger_rule="all_done")
+@outage_is_one_line
 def judge_wave() -> dict[str, Any]:
     """Judge the wave's stored raw outputs, store verdicts, act within the action budget."""
     from fleetval.policy.blast_radius import ActionBudget
@@ -125,6 +131,7 @@ def _wave_conf() -> tuple[int, int]:
 
 
 @task(trigger_rule="all_done")
+@outage_is_one_line
 def report_coverage(fv_run: int) -> dict[str, Any]:
     """D-DEV-03 coverage for the fleet, and the run's verdict counts."""
     from fleetval.suites import weekly

@@ -1,5 +1,6 @@
 """Tasks of `xid_remediation`: each pulls its context once and calls fleetval.suites.xid (the
-decisions) or fleetval.store.xid_inbox (claiming the inbox rows)."""
+decisions) or fleetval.store.xid_inbox (claiming the inbox rows); `R3ProbeOperator` is the DCGM
+r3 probe pod of one cordoned node."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import get_current_context, task
+
+from fleetval.store.engine import outage_is_one_line  # light: SQLAlchemy is loaded by Airflow already
+from fleetval_airflow.probe_pod import ProbePodOperator
 
 # fleetval is imported inside the tasks: the DAG processor parses this module every cycle.
 
@@ -33,6 +37,7 @@ def _breaker(params: dict[str, Any]) -> Any:
 
 
 @task
+@outage_is_one_line
 def claim_xid_lines() -> dict[str, Any]:
     """Claim the Xid lines this run was triggered for (all pending ones on a manual run)."""
     from airflow.sdk.configuration import conf
@@ -51,7 +56,7 @@ def claim_xid_lines() -> dict[str, Any]:
     run_id = store.ensure_run(
         _run_key(),
         suite="xid",
-        backend=config.backend_name(),
+        backend="kubernetes",
         meta={"dry_run": bool(ctx["params"]["dry_run"]), "dispatch_ids": dispatch_ids},
     )
     claimed = xid_inbox.claim(
@@ -65,6 +70,7 @@ def claim_xid_lines() -> dict[str, Any]:
 
 
 @task
+@outage_is_one_line
 def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
     """Decision table per node; cordon within the circuit breaker; time-to-cordon recorded.
 
@@ -80,7 +86,7 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
     claimed = xid_inbox.claimed_lines(store.engine, claim["fv_run"])
     outcomes = xid.decide_and_cordon(
         store,
-        config.backend(),
+        config.kube(),
         run_id=claim["fv_run"],
         run_key=_run_key(),
         claimed=claimed,
@@ -91,31 +97,96 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
     return [o.node for o in outcomes if o.cordoned]
 
 
-@task(retries=12, retry_delay=dt.timedelta(minutes=10), max_active_tis_per_dagrun=16)
-def remediate_node(claim: dict[str, Any], node: str) -> dict[str, Any]:
-    """DCGM r3 once the node's GPU pods are gone; Pass → uncordon, Fail → quarantine.
-
-    While the job that hit the Xid still runs, the task fails and retries (every 10 min, 2 h)."""
+@task
+@outage_is_one_line
+def plan_r3(claim: dict[str, Any], cordoned: list[str]) -> list[dict[str, Any]]:
+    """One DCGM r3 probe per cordoned node (the arguments of each mapped `dcgm_r3` task); a node
+    whose GPU the device plugin withdrew is quarantined on that evidence instead."""
     from fleetval.suites import xid
     from fleetval_airflow import config
 
     ctx = get_current_context()
-    outcome = xid.remediate(
-        config.store(),
-        config.backend(),
+    store, cluster = config.store(), config.kube()
+    specs, without = xid.r3_probes(cluster, cordoned, run_key=_run_key(), image=config.settings().dcgm_image)
+    xid.quarantine_withdrawn(
+        store,
+        cluster,
         run_id=claim["fv_run"],
         run_key=_run_key(),
-        node=node,
+        withdrawn=without,
         dry_run=bool(ctx["params"]["dry_run"]),
         now=dt.datetime.now(dt.UTC),
     )
-    if outcome["state"] == "waiting":
-        raise RuntimeError(f"{node} still runs {outcome['gpu_pods']} GPU pods; r3 waits for them to end")
-    return outcome
+    return [{"probe": spec.to_json(), "fv_run": claim["fv_run"]} for spec in specs]
+
+
+class NodeBusy(Exception):
+    """The node still runs workload GPU pods: r3 waits (the task retries later)."""
+
+
+class R3ProbeOperator(ProbePodOperator):
+    """DCGM r3 on one cordoned node once its workload has ended, then that node's decision.
+
+    The job that hit the Xid is never evicted: while it runs, the task fails with `NodeBusy` and
+    retries. Once the pod completes, its raw output is stored (ProbePodOperator) and judged
+    right away, so each node returns to service (or is quarantined) on its own, not when the
+    slowest node of the burst is done."""
+
+    def execute(self, context: Any) -> Any:
+        from fleetval_airflow import config
+
+        busy = config.kube().workload_gpu_pods(self.spec.node)
+        if busy:
+            raise NodeBusy(f"{self.spec.node} still runs {busy} GPU pods; r3 waits for them to end")
+        result = super().execute(context)
+        self._judge(context)
+        return result
+
+    def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
+        result = super().trigger_reentry(context, event)
+        self._judge(context)
+        return result
+
+    def _judge(self, context: Any) -> None:
+        from fleetval.store.engine import outage_as_error
+        from fleetval.suites import xid
+        from fleetval_airflow import config
+
+        with outage_as_error():
+            outcome = xid.judge_r3(
+                config.store(),
+                config.kube(),
+                run_id=self.fv_run,
+                run_key=f"{context['dag'].dag_id}/{context['run_id']}",
+                spec=self.spec,
+                dry_run=bool(context["params"]["dry_run"]),
+                now=dt.datetime.now(dt.UTC),
+            )
+        self.log.info("r3 on %s: %s", self.spec.node, outcome)
 
 
 @task(trigger_rule="all_done")
-def close_run(claim: dict[str, Any]) -> None:
+@outage_is_one_line
+def close_run(claim: dict[str, Any], r3: list[dict[str, Any]] | None) -> None:
+    """A node whose r3 task gave up (its job never ended, or the harness kept failing) gets an
+    `error` verdict and stays cordoned for a human."""
+    from fleetval.k8s.specs import ProbeSpec
+    from fleetval.suites import xid
     from fleetval_airflow import config
 
-    config.store().finish_run(claim["fv_run"])
+    ctx = get_current_context()
+    store = config.store()
+    judged = {row["subject"] for row in store.verdicts(claim["fv_run"], criterion=xid.R3_CRITERION)}
+    for item in r3 or []:
+        spec = ProbeSpec.from_json(item["probe"])
+        if spec.node not in judged:
+            xid.judge_r3(
+                store,
+                config.kube(),
+                run_id=claim["fv_run"],
+                run_key=_run_key(),
+                spec=spec,
+                dry_run=bool(ctx["params"]["dry_run"]),
+                now=dt.datetime.now(dt.UTC),
+            )
+    store.finish_run(claim["fv_run"])

@@ -16,6 +16,7 @@ EXPECTED_DAGS = {
     "weekly_health_sweep_wave",
     "xid_remediation",
     "post_upgrade_nccl_sweep",
+    "post_upgrade_nccl_sweep_wave",
     "baseline_backfill",
 }
 ALLOWED_TAGS = {
@@ -99,7 +100,8 @@ def test_weekly_sweep_params_reject_bad_input(dagbag: Any) -> None:
 
 def test_domain_package_never_imports_airflow() -> None:
     code = (
-        "import sys, fleetval.cli, fleetval.suites.weekly, fleetval.sim.cluster, fleetval.store.repository,"
+        "import sys, fleetval.cli, fleetval.suites.weekly, fleetval.sim.kube.server,"
+        " fleetval.store.repository,"
         " fleetval.judges.dcgm, fleetval.k8s.specs; print('airflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -132,11 +134,16 @@ def test_dag_files_do_no_io_at_parse_time() -> None:
 def test_xid_remediation_shape(dagbag: Any) -> None:
     dag = dagbag.dags["xid_remediation"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "claim_xid_lines": ["close_run", "decide_and_cordon", "remediate_node"],
-        "decide_and_cordon": ["remediate_node"],
-        "remediate_node": ["close_run"],
+        "claim_xid_lines": ["close_run", "decide_and_cordon", "plan_r3"],
+        "decide_and_cordon": ["plan_r3"],
+        "plan_r3": ["close_run", "dcgm_r3"],
+        "dcgm_r3": ["close_run"],
         "close_run": [],
     }
+    r3 = dag.get_task("dcgm_r3")
+    # r3 waits for the job that hit the Xid (NodeBusy → retry), and never holds the cordon path.
+    assert r3.partial_kwargs["retries"] == 12 and r3.partial_kwargs["pool"] == "fleetval_node_diagnosis"
+    assert dag.get_task("close_run").trigger_rule == "all_done"
     # Event-driven: an asset whose watcher is the Xid inbox trigger.
     [asset] = dag.timetable.asset_condition.objects
     [watcher] = asset.watchers
@@ -144,20 +151,27 @@ def test_xid_remediation_shape(dagbag: Any) -> None:
 
 
 def test_post_upgrade_nccl_sweep_shape(dagbag: Any) -> None:
+    from fleetval_airflow.nccl_isolation import NcclIsolationOperator
+
     dag = dagbag.dags["post_upgrade_nccl_sweep"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "start_run": ["gate", "isolate", "pair_batches", "plan_sweep", "sweep_intra", "sweep_pairs"],
-        "plan_sweep": ["pair_batches", "sweep_intra"],
-        "pair_batches": ["sweep_pairs"],
+        "start_run": ["gate", "isolate", "judge", "pair_waves", "plan_sweep"],
+        "plan_sweep": ["pair_waves", "sweep_intra"],
+        "pair_waves": ["sweep_pairs"],
         "sweep_intra": ["sweep_pairs"],
-        "sweep_pairs": ["isolate"],
+        "sweep_pairs": ["judge"],
+        "judge": ["isolate"],
         "isolate": ["gate"],
         "gate": [],
     }
-    for mapped in ("sweep_intra", "sweep_pairs"):  # batches, so fleets past max_map_length fit
-        task = dag.get_task(mapped)
-        assert task.partial_kwargs["pool"] == "fleetval_node_diagnosis"
-    for task_id in ("sweep_pairs", "isolate", "gate"):  # the gate decides even if a batch broke
+    for mapped in ("sweep_intra", "sweep_pairs"):  # waves are runs of the wave DAG, one at a time
+        wave = dag.get_task(mapped)
+        assert wave.partial_kwargs["trigger_dag_id"] == "post_upgrade_nccl_sweep_wave"
+        assert wave.partial_kwargs["max_active_tis_per_dagrun"] == 1
+        assert wave.partial_kwargs["wait_for_completion"] is True
+    isolate = dag.get_task("isolate")
+    assert isinstance(isolate, NcclIsolationOperator) and isolate.pool == "fleetval_node_diagnosis"
+    for task_id in ("sweep_pairs", "judge", "isolate", "gate"):  # the gate decides even if a wave broke
         task = dag.get_task(task_id)
         rule = (
             task.partial_kwargs.get("trigger_rule") if hasattr(task, "partial_kwargs") else task.trigger_rule
@@ -172,6 +186,26 @@ def test_post_upgrade_nccl_sweep_shape(dagbag: Any) -> None:
     )
     assert set(dag.tags) == {"layer:network", "schedule:event", "schedule:manual", "owner:fleet-validation"}
     assert dict(dag.params)["repeats"] == 3 and dict(dag.params)["nodes"] == []
+
+
+def test_nccl_wave_is_one_probe_task_per_node_or_pair(dagbag: Any) -> None:
+    from fleetval_airflow.mpijob_probe import MPIJobProbeOperator
+    from fleetval_airflow.probe_pod import ProbePodOperator
+
+    dag = dagbag.dags["post_upgrade_nccl_sweep_wave"]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "intra_probes": ["nccl_intra"],
+        "nccl_intra": [],
+        "pair_probes": ["nccl_pair"],
+        "nccl_pair": [],
+    }
+    for task_id, operator in (("nccl_intra", ProbePodOperator), ("nccl_pair", MPIJobProbeOperator)):
+        probe = dag.get_task(task_id)
+        assert issubclass(probe.operator_class, operator)
+        assert probe.partial_kwargs["pool"] == "fleetval_node_diagnosis"
+        assert "deferrable" not in probe.partial_kwargs  # deferrable unless the deployment says not
+        assert "task.spec.node" in probe.partial_kwargs["map_index_template"]
+    assert dag.schedule is None and dag.is_paused_upon_creation is False
 
 
 def test_post_upgrade_nccl_sweep_params_reject_bad_input(dagbag: Any) -> None:

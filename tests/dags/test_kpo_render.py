@@ -1,5 +1,6 @@
-"""The pod every k8s probe creates, rendered by the KubernetesPodOperator, validates against the
-Kubernetes OpenAPI schema and is pinned to its node with all its GPUs."""
+"""The pod every probe task creates, rendered by the probe pod operator (the KubernetesPodOperator's
+own `build_pod_request_obj`), validates against the Kubernetes OpenAPI schema and is pinned to its
+node with all its GPUs."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import kubernetes_validate
 import pytest
 from kubernetes.client import ApiClient
 
-from fleetval.k8s.specs import DCGM_IMAGE, dcgm_diag_probe
+from fleetval.k8s.specs import DCGM_IMAGE, ProbeSpec, dcgm_diag_probe
+
+
+def render_pod(spec: ProbeSpec) -> object:
+    from fleetval_airflow.probe_pod import ProbePodOperator
+
+    op = ProbePodOperator(task_id=f"probe_{spec.tool}", probe=spec.to_json(), fv_run=0)
+    return op.build_pod_request_obj(dry_run=True)
 
 
 @pytest.mark.parametrize("level", [2, 3])
 def test_dcgm_probe_pod_validates_and_is_pinned(level: int) -> None:
-    from fleetval_airflow.k8s_backend import render_pod
-
     spec = dcgm_diag_probe("r01-n03", level=level, gpus=8, run_key="weekly_health_sweep/manual__x")
     pod = render_pod(spec)
     manifest = ApiClient().sanitize_for_serialization(pod)
@@ -33,8 +39,6 @@ def test_dcgm_probe_pod_validates_and_is_pinned(level: int) -> None:
 
 
 def test_schema_validation_can_fail() -> None:
-    from fleetval_airflow.k8s_backend import render_pod
-
     manifest = ApiClient().sanitize_for_serialization(
         render_pod(dcgm_diag_probe("n1", level=2, gpus=8, run_key="k"))
     )

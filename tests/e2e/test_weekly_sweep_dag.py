@@ -9,7 +9,6 @@ keeps its plan and adds nothing."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fleetval.sim.gpus import gpu_uuid
@@ -27,34 +26,10 @@ SEED = load_fleet_spec(DEMO_FLEET.read_text()).seed
 NOT_SWEPT = {"r01-n01", "r02-n08"}  # busy; Xid 79 withdrew a GPU
 
 
-def busy(kube: Any, node: str, gpus: int) -> None:
-    body = {
-        "metadata": {"name": f"training-{node}"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "train",
-                    "image": "busybox:1.36",
-                    "command": ["/bin/sh", "-c", "sleep infinity"],
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-        },
-    }
-    core = kube.core
-    core.create_namespaced_pod("default", body)
-    for _ in range(100):
-        if core.read_namespaced_pod(f"training-{node}", "default").status.phase == "Running":
-            return
-        time.sleep(0.05)
-    raise AssertionError("the workload pod did not start")
-
-
 def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
     env = e2e(DEMO_FLEET)
     kube, airflow = env.kube, env.airflow
-    busy(kube, "r01-n01", 2)
+    kube.run_workload("r01-n01", 2)
     conf = {
         "max_fleet_fraction": 0.25,
         "max_rack_fraction": 0.5,

@@ -1,36 +1,44 @@
-"""End to end: `xid_remediation` with dag.test() on the simulated demo fleet, store on PostgreSQL.
+"""End to end, on the one real path: `xid_remediation` on a running Airflow 3, the simulated demo
+cluster behind `kubernetes_default`, verdicts in the real PostgreSQL.
 
-Xid 79 on a GPU the spec says is damaged → cordon → r3 fails → quarantined; a transient Xid 79 →
-cordon → r3 passes → back in service; an application Xid 13 and a 300-line Xid 45 storm cordon
-nothing. Every cordon has its time-to-cordon recorded; the breaker and shadow mode hold."""
+Xid 79 on a GPU the device plugin withdrew → cordon → quarantined on that evidence (r3 could
+not reach every GPU); a transient Xid 79 → cordon → an r3 probe pod → passes → back in service;
+an application Xid 13 and a 300-line Xid 45 storm cordon nothing. Every cordon has its
+time-to-cordon recorded; the breaker and shadow mode hold."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from fleetval.sim.cluster import SimCluster
+from fleetval.sim.spec import load_fleet_spec
 from fleetval.sim.xid_source import inject, inject_spec_faults
-from fleetval.store.repository import Store
+from tests.paths import DEMO_FLEET
 
 PARAMS = {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "breaker_window_s": 300}
+FLEET = load_fleet_spec(DEMO_FLEET.read_text())
 
 
-def _run(dagbag: Any, conf: dict[str, Any]) -> Any:
-    return dagbag.dags["xid_remediation"].test(run_conf=conf)
+def _run(airflow: Any, conf: dict[str, Any]) -> tuple[str, str]:
+    run_id = airflow.trigger("xid_remediation", conf)
+    return str(airflow.wait_run("xid_remediation", run_id)), str(run_id)
 
 
-def test_xid_remediation_flow(airflow_db: None, dagbag: Any, sim_demo: tuple[Store, SimCluster]) -> None:
-    store, cluster = sim_demo
+def test_xid_remediation_flow(e2e: Any) -> None:
+    env = e2e(DEMO_FLEET)
+    kube, airflow = env.kube, env.airflow
+    store = kube.store
     now = dt.datetime.now(dt.UTC)
-    inject_spec_faults(cluster, at=now, tag="t1")  # r02-n08: Xid 79 on GPU 2, which the spec damages
-    inject(cluster, [("r01-n01", 79, 4, 1), ("r01-n02", 13, 0, 1)], at=now, tag="t1")
-    inject(cluster, [(n, 45, 1, 300) for n in ("r01-n04", "r01-n05", "r01-n06")], at=now, tag="t1")
+    inject_spec_faults(store.engine, FLEET, at=now, tag="t1")  # r02-n08: Xid 79, GPU 2 withdrawn
+    inject(store.engine, FLEET, [("r01-n01", 79, 4, 1), ("r01-n02", 13, 0, 1)], at=now, tag="t1")
+    inject(
+        store.engine, FLEET, [(n, 45, 1, 300) for n in ("r01-n04", "r01-n05", "r01-n06")], at=now, tag="t1"
+    )
 
-    dag_run = _run(dagbag, PARAMS)
-    assert dag_run.state == "success"
+    state, run_id = _run(airflow, PARAMS)
+    assert state == "success"
 
-    nodes = {n.name: n for n in cluster.list_nodes()}
+    nodes = {n.name: n for n in kube.cluster.list_nodes()}
     assert nodes["r02-n08"].unschedulable
     assert nodes["r02-n08"].labels["fleetval.io/quarantine"] == "dcgm-r3-fail"
     assert nodes["r02-n08"].labels["fleetval.io/xid-remediation"] == "quarantined"
@@ -44,33 +52,46 @@ def test_xid_remediation_flow(airflow_db: None, dagbag: Any, sim_demo: tuple[Sto
     ttc = {r["subject"]: r["evidence"]["time_to_cordon_s"] for r in rows if r["criterion"] == "D-DEV-05"}
     assert set(ttc) == {"r02-n08", "r01-n01"}
     assert all(0 <= s < 60 for s in ttc.values())
-    post = {r["subject"]: r["result"] for r in rows if r["criterion"] == "D-DEV-02"}
-    assert post == {"r02-n08": "fail", "r01-n01": "pass"}
+    post = {r["subject"]: (r["result"], r["rule_id"]) for r in rows if r["criterion"] == "D-DEV-02"}
+    assert post["r02-n08"] == ("fail", "post_xid.gpu_withdrawn")
+    assert post["r01-n01"][0] == "pass"
     xid = [r for r in rows if r["criterion"] == "D-DEV-06"]
-    storm = [r for r in xid if r["evidence"].get("xid") == 45]
-    assert len(storm) == 3  # one decision per GPU, not 900
-    assert all(r["action"] != "cordon" for r in storm)
+    storm_verdicts = [r for r in xid if r["evidence"].get("xid") == 45]
+    assert len(storm_verdicts) == 3  # one decision per GPU, not 900
+    assert all(r["action"] != "cordon" for r in storm_verdicts)
     app = [r for r in xid if r["evidence"].get("xid") == 13]
     assert [r["result"] for r in app] == ["warn"]
-    # Raw lines are kept per node as an `xid` probe.
-    xid_probes = [p for p in store.probes(rows[0]["run_id"]) if p["tool"] == "xid"]
+    # Raw lines are kept per node as an `xid` probe; the r3 output as a `dcgm` probe of level 3.
+    probes = store.probes(rows[0]["run_id"])
+    xid_probes = [p for p in probes if p["tool"] == "xid"]
     assert len(xid_probes) == 6
     assert sum(p["raw"].count("NVRM: Xid") for p in xid_probes) == 903
+    [r3] = [p for p in probes if p["tool"] == "dcgm"]
+    assert (
+        r3["nodes"] == ["r01-n01"]
+        and '"Driver Version Detected"' in r3["raw"]
+        and r3["spec"]["params"]["level"] == 3
+    )
+
+    # One r3 probe task, named by its node, in the Airflow grid.
+    r3_tasks = [t for t in airflow.task_states("xid_remediation", run_id) if t["task_id"] == "dcgm_r3"]
+    assert [(t["rendered_map_index"], t["state"]) for t in r3_tasks] == [("r01-n01", "success")]
 
     # Nothing left pending: a second run claims nothing and cordons nothing.
     before = len(store.node_events())
-    assert _run(dagbag, PARAMS).state == "success"
+    assert _run(airflow, PARAMS)[0] == "success"
     assert len(store.node_events()) == before
 
 
-def test_breaker_and_shadow_mode(airflow_db: None, dagbag: Any, sim_demo: tuple[Store, SimCluster]) -> None:
-    store, cluster = sim_demo
+def test_breaker_and_shadow_mode(e2e: Any) -> None:
+    env = e2e(DEMO_FLEET)
+    kube, airflow = env.kube, env.airflow
+    store = kube.store
     victims = ["r01-n01", "r01-n02", "r01-n03", "r02-n01", "r02-n02"]
-    inject(cluster, [(n, 79, 0, 1) for n in victims], at=dt.datetime.now(dt.UTC), tag="storm")
+    inject(store.engine, FLEET, [(n, 79, 0, 1) for n in victims], at=dt.datetime.now(dt.UTC), tag="storm")
     # Room for 2 of 16 nodes: the breaker withholds three cordons; shadow mode touches nothing.
-    dag_run = _run(dagbag, {**PARAMS, "max_fleet_fraction": 0.125, "dry_run": True})
-    assert dag_run.state == "success"
-    assert not any(n.unschedulable for n in cluster.list_nodes())
+    assert _run(airflow, {**PARAMS, "max_fleet_fraction": 0.125, "dry_run": True})[0] == "success"
+    assert not any(n.unschedulable for n in kube.cluster.list_nodes())
     cordons = [
         e for e in store.node_events() if e["kind"] == "cordon" and e["details"].get("source") == "xid"
     ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fleetval.cli import main
+from fleetval.store.repository import Store
 from tests.paths import FIXTURES, ROOT
 
 DCGM_423 = FIXTURES / "dcgm" / "dcgm4.2.3-r2-text-pcie-fail-internal-error-issue253.txt"
@@ -86,8 +89,73 @@ def test_judge_xid_cordons_on_fell_off_bus(capsys: pytest.CaptureFixture[str]) -
 def test_db_upgrade(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/f.db"
     code, data, _ = run(capsys, "db", "upgrade", "--db", db)
-    assert (code, data["revision"]) == (0, "0003")
+    assert (code, data["revision"]) == (0, "0004")
     # `sim run --suite weekly` runs the DAGs on a local Airflow: tests/e2e/test_cli_sim_run.py.
+
+
+def test_sim_load_then_inject_xid_by_fleet_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/s.db"
+    code, out, _ = run(capsys, "sim", "load", str(DEMO), "--db", db)
+    assert code == 0 and out == {"fleet": "demo", "nodes": 16, "faults": 6}
+    code, out, _ = run(capsys, "sim", "inject-xid", "demo", "--db", db, "--node", "r01-n01", "--code", "79")
+    assert code == 0 and out == {"fleet": "demo", "nodes": 1, "lines": 2}  # GPU-at-PCI line + the Xid
+    code, out, _ = run(
+        capsys,
+        "sim",
+        "inject-xid",
+        str(DEMO),
+        "--db",
+        db,
+        "--node",
+        "r01-n02",
+        "--code",
+        "48",
+        "--count",
+        "3",
+    )
+    assert code == 0 and out["lines"] == 4
+    code, _, err = run(capsys, "sim", "inject-xid", "nope", "--db", db, "--node", "r01-n01", "--code", "79")
+    assert code != 0 and err.startswith("error: no simulated fleet 'nope'") and err.count("\n") == 1
+    code, _, err = run(capsys, "sim", "inject-xid", "demo", "--db", db, "--node", "r09-n01", "--code", "79")
+    assert code != 0 and "unknown node 'r09-n01'" in err
+    code, _, err = run(
+        capsys, "sim", "inject-xid", "demo", "--db", db, "--node", "r01-n01", "--code", "79", "--gpu", "8"
+    )
+    assert code != 0 and "GPUs 0..7, not 8" in err
+
+
+def test_sim_run_triggers_each_suites_dag_with_its_params(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dagbag: Any
+) -> None:
+    """What `sim run` hands the local Airflow: the suite's DAG, a conf its Params accept (the DAGs'
+    own budget defaults), and the step before the trigger (xid: the spec's Xid faults delivered)."""
+    import fleetval.cli as cli
+    from fleetval.store import xid_inbox
+    from fleetval.store.engine import make_engine
+
+    triggered: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    def local_airflow(_args: Any, _spec: Any, dag_id: str, conf: dict[str, Any], **kw: Any) -> int:
+        before = kw.get("before_trigger")
+        triggered.append((dag_id, conf, before(None) if before else {}))
+        return 0
+
+    monkeypatch.setattr(cli, "_sim_dag", local_airflow)
+    db = f"sqlite:///{tmp_path}/s.db"
+    for suite in ("weekly", "xid", "nccl"):
+        assert run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", suite)[0] == 0
+    for dag_id, conf, _extra in triggered:
+        params = dagbag.dags[dag_id].params
+        assert set(conf) <= set(params), dag_id
+        for key, value in conf.items():
+            assert value == params[key], (dag_id, key)  # the DAG's own defaults
+    assert [t[0] for t in triggered] == ["weekly_health_sweep", "xid_remediation", "post_upgrade_nccl_sweep"]
+    assert triggered[2][2] == {"baselines": []}  # no --reference: busbw stays inconclusive
+    run_id = Store(make_engine(db)).ensure_run("claim", suite="xid", backend="kubernetes")
+    pending = xid_inbox.claim(
+        make_engine(db), run_id, dispatch_ids=None, now=dt.datetime.now(dt.UTC), max_nodes=99
+    )
+    assert list(pending) == ["r02-n08"]  # the demo spec's Xid 79, delivered before the trigger
 
 
 def test_sim_run_bad_spec_is_one_error_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -103,36 +171,6 @@ def test_criteria_catalog_lists_every_mission_id(capsys: pytest.CaptureFixture[s
     ids = {c["id"] for c in data["criteria"]}
     assert code == 0
     assert {"D-DEV-01", "D-NET-NCCL-04", "D-SCHED-07", "D-JOB-CKPT-07", "D-GPU-TS-01", "D-OP-04"} <= ids
-
-
-def test_sim_run_nccl_locates_every_faulty_node(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    netlab = ROOT / "include" / "fleetval" / "sim" / "fleets" / "netlab.yaml"
-    refs = [
-        "--reference",
-        "r01-n01",
-        "--reference",
-        "r01-n03",
-        "--reference",
-        "r02-n02",
-        "--reference",
-        "r02-n04",
-    ]
-    code, data, _ = run(
-        capsys, "sim", "run", str(netlab), "--db", f"sqlite:///{tmp_path}/n.db", "--suite", "nccl", *refs
-    )
-    assert code == 0
-    assert {b["scope"] for b in data["baselines"]} == {"intra-8", "inter-2x8"}
-    located = {v["subject"] for v in data["verdicts"] if v["rule_id"] == "nccl.isolation.located"}
-    assert located == {"r01-n02", "r01-n04", "r01-n06", "r02-n03", "r02-n05", "r02-n07"}
-    failed_single = {
-        v["subject"] for v in data["verdicts"] if v["result"] == "fail" and "+" not in v["subject"]
-    }
-    assert failed_single == located
-    assert all(
-        v["judged_against"].get("baseline_version") == 1
-        for v in data["verdicts"]
-        if v["criterion"] == "D-NET-NCCL-01" and v["result"] == "pass"
-    )
 
 
 def test_criteria_doc_is_the_catalog() -> None:

@@ -22,8 +22,8 @@ from typing import Any, Final
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.backends import NodeInfo
 from fleetval.errors import FleetvalError
+from fleetval.nodes import NodeInfo
 
 DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
 GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
@@ -49,30 +49,56 @@ class KubeCluster:
     def list_nodes(self) -> list[NodeInfo]:
         """Every GPU node (GFD's `nvidia.com/gpu.present=true`), with its GPU pods counted."""
         gpu_pods = self.gpu_pods_per_node()
-        nodes: list[NodeInfo] = []
-        for node in self._paged(
-            lambda token: self.core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
-        ):
-            labels = dict(node.metadata.labels or {})
-            capacity = node.status.capacity or {}
-            allocatable = node.status.allocatable or {}
-            nodes.append(
-                NodeInfo(
-                    name=node.metadata.name,
-                    rack=labels.get(self.rack_label, ""),
-                    profile=labels.get("nvidia.com/gpu.product", ""),
-                    gpus=int(capacity.get(GPU_RESOURCE, "0") or 0),
-                    labels=labels,
-                    taints=tuple(
-                        {"key": t.key, "value": t.value or "", "effect": t.effect}
-                        for t in (node.spec.taints or [])
-                    ),
-                    unschedulable=bool(node.spec.unschedulable),
-                    gpu_pods=gpu_pods.get(node.metadata.name, 0),
-                    allocatable_gpus=int(allocatable.get(GPU_RESOURCE, "0") or 0),
+        return [
+            self._node_info(node, gpu_pods.get(node.metadata.name, 0))
+            for node in self._paged(
+                lambda token: self.core.list_node(
+                    label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token
                 )
             )
-        return nodes
+        ]
+
+    def node(self, name: str) -> NodeInfo | None:
+        """One node and the workload GPU pods on it (fleetval's own probe pods not counted);
+        None when the node is gone."""
+        try:
+            node = self.core.read_node(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._node_info(node, self.workload_gpu_pods(name))
+
+    def _node_info(self, node: Any, gpu_pods: int) -> NodeInfo:
+        labels = dict(node.metadata.labels or {})
+        capacity = node.status.capacity or {}
+        allocatable = node.status.allocatable or {}
+        return NodeInfo(
+            name=node.metadata.name,
+            rack=labels.get(self.rack_label, ""),
+            profile=labels.get("nvidia.com/gpu.product", ""),
+            gpus=int(capacity.get(GPU_RESOURCE, "0") or 0),
+            labels=labels,
+            taints=tuple(
+                {"key": t.key, "value": t.value or "", "effect": t.effect} for t in (node.spec.taints or [])
+            ),
+            unschedulable=bool(node.spec.unschedulable),
+            gpu_pods=gpu_pods,
+            allocatable_gpus=int(allocatable.get(GPU_RESOURCE, "0") or 0),
+        )
+
+    def workload_gpu_pods(self, node: str) -> int:
+        """Unfinished pods holding GPUs on `node`, fleetval's probe pods excepted (a retried probe
+        finds its own earlier pod there)."""
+        pods = self._paged(
+            lambda token: self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
+                label_selector="!fleetval.io/probe",
+                limit=PAGE,
+                _continue=token,
+            )
+        )
+        return sum(1 for pod in pods if _holds_gpus(pod))
 
     def gpu_pods_per_node(self) -> dict[str, int]:
         """Pods holding GPUs on each node: bound and not finished (Pending on a node holds its GPUs too)."""
@@ -84,11 +110,7 @@ class KubeCluster:
             )
         )
         for pod in pages:
-            containers = [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]
-            if any(
-                GPU_RESOURCE in ((c.resources and (c.resources.limits or c.resources.requests)) or {})
-                for c in containers
-            ):
+            if _holds_gpus(pod):
                 counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
         return counts
 
@@ -174,3 +196,11 @@ class KubeCluster:
         raise NodeUpdateError(
             f"taints of node {node!r} kept changing: gave up after {CONFLICT_RETRIES} conflicts"
         )
+
+
+def _holds_gpus(pod: Any) -> bool:
+    containers = [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]
+    return any(
+        GPU_RESOURCE in ((c.resources and (c.resources.limits or c.resources.requests)) or {})
+        for c in containers
+    )

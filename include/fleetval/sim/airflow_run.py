@@ -107,6 +107,9 @@ class LocalAirflow:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(self.use_schedules),
             "FLEETVAL_PROBE_DEFERRABLE": "true" if self.deferrable_probes else "false",
+            # Without schedules no event-triggered run is created, so the Xid watcher must not
+            # reserve lines for one: runs are triggered by hand and claim every pending line.
+            "FLEETVAL_XID_SOURCE": "inbox" if self.use_schedules else "manual",
             "AIRFLOW__API__PORT": str(self.port),
             # Its own log-server ports: two local Airflows (a test and a demo) may run at once.
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),

@@ -358,7 +358,7 @@ def _seed(*parts: object) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# DCGM reports (SimCluster.dcgm_output uses these too)
+# DCGM reports
 
 
 def _xid_class(code: int) -> str:

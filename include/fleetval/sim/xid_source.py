@@ -1,27 +1,30 @@
 """The simulator's Xid event source: kernel lines for `xid` faults (or ad-hoc injections), in the
 real `iso` syslog shape (absolute timestamps, so time-to-cordon can be measured), delivered to
-the `xid_inbox` as a log shipper would."""
+the `xid_inbox` as a log shipper would. GPU UUIDs and PCI addresses are the ones the simulated
+cluster reports for the same node."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
 
+from sqlalchemy import Engine
+
+from fleetval.errors import SpecError
 from fleetval.parsers.xid import normalize_pci
-from fleetval.sim.cluster import SimCluster, gpu_pci
+from fleetval.sim.gpus import gpu_pci, gpu_uuid
+from fleetval.sim.spec import FleetSpec
 from fleetval.sim.xid_output import render_xid_lines
 from fleetval.store.xid_inbox import receive_lines
 
 
-def xid_lines(
-    cluster: SimCluster, node: str, *, code: int, gpu: int, count: int, at: dt.datetime
-) -> list[str]:
+def xid_lines(fleet: FleetSpec, node: str, *, code: int, gpu: int, count: int, at: dt.datetime) -> list[str]:
     domain, bus, device = gpu_pci(gpu).rsplit(".", 1)[0].split(":")  # 00000000:3A:00.0
     pci = normalize_pci(f"{domain[-4:]}:{bus}:{device}")
     text = render_xid_lines(
         code=code,
         gpu_pci=pci,
-        gpu_uuid=cluster.gpu_uuids(node)[gpu],
+        gpu_uuid=gpu_uuid(fleet.seed, node, gpu),
         count=count,
         start_epoch_s=at.timestamp(),
         style="iso",
@@ -32,7 +35,8 @@ def xid_lines(
 
 
 def inject(
-    cluster: SimCluster,
+    engine: Engine,
+    fleet: FleetSpec,
     injections: Sequence[tuple[str, int, int, int]],
     *,
     at: dt.datetime,
@@ -41,17 +45,20 @@ def inject(
     """Deliver (node, code, gpu, count) Xid lines to the inbox; `tag` keeps deliveries apart."""
     rows = []
     for node, code, gpu, count in injections:
-        cluster.node(node)  # unknown node: SpecError
-        for i, line in enumerate(xid_lines(cluster, node, code=code, gpu=gpu, count=count, at=at)):
+        gpus = fleet.profile_of(node).gpus  # unknown node: SpecError
+        if not 0 <= gpu < gpus:
+            raise SpecError(f"node {node!r} has GPUs 0..{gpus - 1}, not {gpu}")
+        for i, line in enumerate(xid_lines(fleet, node, code=code, gpu=gpu, count=count, at=at)):
             rows.append((f"sim/{tag}/{node}/{code}/{gpu}/{i}", node, line, "sim"))
-    return receive_lines(cluster.engine, rows, at=at)
+    return receive_lines(engine, rows, at=at)
 
 
-def inject_spec_faults(cluster: SimCluster, *, at: dt.datetime, tag: str) -> int:
+def inject_spec_faults(engine: Engine, fleet: FleetSpec, *, at: dt.datetime, tag: str) -> int:
     """Deliver the fleet spec's `xid` faults."""
-    faults = [f for f in cluster.spec.faults if f.kind == "xid" and f.node is not None]
+    faults = [f for f in fleet.faults if f.kind == "xid" and f.node is not None]
     return inject(
-        cluster,
+        engine,
+        fleet,
         [
             (str(f.node), int(f.params["code"]), int(f.params["gpu"]), int(f.params.get("count", 1)))
             for f in faults

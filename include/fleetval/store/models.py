@@ -168,21 +168,6 @@ class SimFleet(Base):
     loaded_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class SimNode(Base):
-    """The simulated cluster's node state (labels, taints, cordon, running GPU pods), shared by
-    every task process through the database."""
-
-    __tablename__ = "sim_nodes"
-    fleet: Mapped[str] = mapped_column(ForeignKey("sim_fleets.name", ondelete="CASCADE"), primary_key=True)
-    name: Mapped[str] = mapped_column(String(253), primary_key=True)
-    rack: Mapped[str] = mapped_column(String(128))
-    profile: Mapped[str] = mapped_column(String(128))
-    labels: Mapped[dict[str, str]] = mapped_column(JsonDoc, default=dict)
-    taints: Mapped[list[dict[str, str]]] = mapped_column(JsonDoc, default=list)
-    unschedulable: Mapped[bool] = mapped_column(Boolean, default=False)
-    gpu_pods: Mapped[int] = mapped_column(Integer, default=0)
-
-
 class SimObject(Base):
     """One object of the simulated cluster's Kubernetes API (a node, pod, custom resource…), so
     the simulated API server keeps its state across restarts. `sim` holds what only the

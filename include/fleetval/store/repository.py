@@ -28,6 +28,7 @@ from fleetval.store.models import (
     NodeEvent,
     Probe,
     Run,
+    SimFleet,
     VerdictRow,
     utcnow,
 )
@@ -182,6 +183,17 @@ class Store:
         with self.engine.connect() as conn:
             row = conn.execute(query.limit(1)).first()
         return (int(row.id), str(row.run_key)) if row is not None else None
+
+    # --- simulated fleets: the spec of each fleet served, so tools can name it ------------------
+    def remember_fleet(self, name: str, seed: int, spec: Mapping[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(SimFleet).where(SimFleet.name == name))
+            conn.execute(insert(SimFleet).values(name=name, seed=seed, spec=dict(spec)))
+
+    def fleet_spec(self, name: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            found = conn.execute(select(SimFleet.spec).where(SimFleet.name == name)).scalar_one_or_none()
+        return dict(found) if found is not None else None
 
     def run_id(self, run_key: str) -> int | None:
         with self.engine.connect() as conn:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleetval.backends import NodeInfo, ProbeOutput
 from fleetval.errors import ParseError
 from fleetval.judges.dcgm import judge_dcgm
 from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
+from fleetval.nodes import NodeInfo, ProbeOutput
 from fleetval.parsers.dcgm import DcgmReport, parse_dcgm
 from fleetval.parsers.nvidia_smi import split_gpu_list
 from fleetval.policy import node_health as nh

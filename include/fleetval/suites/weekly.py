@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleetval.backends import NodeActions, NodeInfo
 from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
+from fleetval.nodes import NodeActions, NodeInfo
 from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget, plan_waves
 from fleetval.records import Result, Verdict
 from fleetval.remediation import apply_actions

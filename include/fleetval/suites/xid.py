@@ -1,8 +1,8 @@
 """Xid remediation (D-DEV-02, D-DEV-05, D-DEV-06): Xid lines → decision table → cordon → DCGM r3
 → return to service or quarantine, within a circuit breaker, with time-to-cordon recorded.
 
-Flow, one function per step so the `xid_remediation` DAG and `fleetval sim run --suite xid`
-share it (steps 1–3 are inbox persistence, in `fleetval.store.xid_inbox`; 4–5 are here):
+Flow, one function per step of the `xid_remediation` DAG (steps 1–3 are inbox persistence, in
+`fleetval.store.xid_inbox`; 4–5 are here):
 
 1. `receive_lines` — a source appends kernel lines to the `xid_inbox` (the raw evidence; never
    deleted). Sources: the simulator, or node-problem-detector Events on a cluster.
@@ -11,8 +11,10 @@ share it (steps 1–3 are inbox persistence, in `fleetval.store.xid_inbox`; 4–
 4. `decide_and_cordon` — per node: raw lines stored as an `xid` probe, parsed, judged (D-DEV-06);
    a `cordon` decision cordons the node and taints it for maintenance unless the breaker is open
    (F-SAFE-01 alert instead). Time from the first Xid to the cordon is a D-DEV-05 verdict.
-5. `remediate` — once the node runs no GPU pods (the job that hit the Xid ends first), DCGM r3
-   through the post-xid gate: Pass → uncordon, Fail → quarantine (D-DEV-02).
+5. `r3_probes` → (the DAG runs one DCGM r3 probe pod per node once it runs no workload GPU pods:
+   the job that hit the Xid ends first) → `judge_r3` through the post-xid gate: Pass → uncordon,
+   Fail → quarantine (D-DEV-02). A node whose GPU the device plugin withdrew cannot run r3 on
+   every GPU: `quarantine_withdrawn` quarantines it on that evidence.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fleetval.backends import MAINTENANCE_TAINT, Backend, NodeActions, NodeInfo
 from fleetval.judges.xid import judge_xid
+from fleetval.k8s.specs import ProbeSpec, dcgm_diag_probe
+from fleetval.nodes import MAINTENANCE_TAINT, Cluster, NodeActions, NodeInfo
 from fleetval.parsers.xid import parse_xid
 from fleetval.policy import node_health as nh
 from fleetval.policy.blast_radius import ActionBudget
@@ -38,6 +41,7 @@ from fleetval.suites import device
 REMEDIATION_LABEL: Final = "fleetval.io/xid-remediation"
 GATE: Final = "post-xid"
 LEVEL: Final = 3
+R3_CRITERION: Final = nh.GATE_CRITERION[GATE]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ class CordonOutcome:
 # --- decide and cordon ----------------------------------------------------------------------
 def decide_and_cordon(
     store: Store,
-    backend: Backend,
+    cluster: Cluster,
     *,
     run_id: int,
     run_key: str,
@@ -84,7 +88,7 @@ def decide_and_cordon(
     now: dt.datetime,
 ) -> list[CordonOutcome]:
     """Judge each node's Xid lines and cordon where the table says so, within the breaker."""
-    inventory = {n.name: n for n in backend.list_nodes()}
+    inventory = {n.name: n for n in cluster.list_nodes()}
     racks = Counter(n.rack for n in inventory.values())
     received = xid_inbox.first_received(store.engine, run_id)
     store.ingest(
@@ -109,7 +113,7 @@ def decide_and_cordon(
             if breaker.budget().allows(node, rack, taken=taken, fleet_size=len(inventory), rack_sizes=racks):
                 taken[node] = rack
                 cordon_at = _cordon(
-                    store, backend, node, rack, run_id, run_key, judgement.node_rule_id, dry_run
+                    store, cluster, node, rack, run_id, run_key, judgement.node_rule_id, dry_run
                 )
                 cordoned = True
                 first = _first_xid_time(events) or received.get(node, now).timestamp()
@@ -220,87 +224,111 @@ def _breaker_alert(node: str, rack: str, taken: int, fleet: int, breaker: XidBre
 
 
 # --- remediate ------------------------------------------------------------------------------
-def remediate(
+def r3_probes(
+    cluster: Cluster, nodes: Sequence[str], *, run_key: str, image: str | None = None
+) -> tuple[list[ProbeSpec], dict[str, str]]:
+    """DCGM r3 probes for the cordoned `nodes`, and why the others get none.
+
+    r3 must see every GPU of the node, so its pod requests the node's capacity. A node where the
+    device plugin has withdrawn a GPU (allocatable below capacity, e.g. after Xid 48 or 79) could
+    never schedule that pod, and a pod on the remaining GPUs would pass without the bad one: such
+    a node is quarantined on the device plugin's evidence instead (`quarantine_withdrawn`)."""
+    extra = {"image": image} if image else {}
+    specs: list[ProbeSpec] = []
+    without: dict[str, str] = {}
+    for name in nodes:
+        info = cluster.node(name)
+        if info is None:
+            without[name] = "the node is gone"
+        elif info.allocatable_gpus is not None and info.allocatable_gpus < info.gpus:
+            without[name] = (
+                f"the device plugin withdrew {info.gpus - info.allocatable_gpus} of {info.gpus} GPUs "
+                f"(allocatable {info.allocatable_gpus})"
+            )
+        else:
+            specs.append(dcgm_diag_probe(name, level=LEVEL, gpus=info.gpus, run_key=run_key, **extra))
+    return specs, without
+
+
+def quarantine_withdrawn(
     store: Store,
-    backend: Backend,
+    cluster: Cluster,
     *,
     run_id: int,
     run_key: str,
-    node: str,
+    withdrawn: Mapping[str, str],
+    dry_run: bool,
+    now: dt.datetime,
+) -> list[Verdict]:
+    """Quarantine nodes whose GPUs the device plugin withdrew (see `r3_probes`); a node that is
+    gone gets an `error` verdict and no action."""
+    verdicts: list[Verdict] = []
+    planned: list[PlannedAction] = []
+    for node, why in sorted(withdrawn.items()):
+        gone = why == "the node is gone"
+        verdict = Verdict(
+            R3_CRITERION,
+            node,
+            Result.ERROR if gone else Result.FAIL,
+            nh.RERUN if gone else nh.QUARANTINE,
+            "post_xid.node_gone" if gone else "post_xid.gpu_withdrawn",
+            f"no r3: {why}",
+            {"node": node, "why": why},
+            {"policy_version": nh.NODE_HEALTH_POLICY_VERSION, "gate": GATE},
+        )
+        verdicts.append(verdict)
+        if not gone:
+            planned.append(PlannedAction(node, "", nh.QUARANTINE, verdict.reason, verdict.rule_id))
+    store.add_verdicts(run_id, verdicts)
+    _act(store, cluster, planned, run_id=run_id, run_key=run_key, dry_run=dry_run, now=now)
+    return verdicts
+
+
+def judge_r3(
+    store: Store,
+    cluster: NodeActions,
+    *,
+    run_id: int,
+    run_key: str,
+    spec: ProbeSpec,
     dry_run: bool,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """r3 on a cordoned node once it runs no GPU pods; Pass returns it, Fail quarantines it.
+    """Judge a node's stored r3 output: Pass returns it to service, Fail quarantines it, a
+    harness failure leaves it cordoned with an `error` verdict."""
+    device.record_missing_probes(store, run_id, [spec])
+    decisions = device.judge_stored_dcgm(store, run_id, [spec.probe_key], gate=GATE, level=LEVEL)
+    planned = [PlannedAction(d.node, "", d.action, d.reason, d.rule_id) for d in decisions]
+    _act(store, cluster, planned, run_id=run_id, run_key=run_key, dry_run=dry_run, now=now)
+    return {"node": spec.node, **decisions[0].to_json()} if decisions else {"node": spec.node}
 
-    A node still busy returns `waiting` (the task retries later); this never evicts a job.
-    """
-    info = next((n for n in backend.list_nodes() if n.name == node), None)
-    if info is None:
-        return {"node": node, "state": "gone"}
-    if info.gpu_pods:
-        return {"node": node, "state": "waiting", "gpu_pods": info.gpu_pods}
-    outputs = backend.run_probes(device.dcgm_specs([info], level=LEVEL, run_key=run_key))
-    keys = device.store_probe_outputs(store, run_id, outputs)
-    decisions = device.judge_stored_dcgm(
-        store, run_id, keys, gate=GATE, level=LEVEL, gpu_uuids=getattr(backend, "gpu_uuids", None)
-    )
-    racks = Counter(n.rack for n in backend.list_nodes())
-    planned = [PlannedAction(d.node, info.rack, d.action, d.reason, d.rule_id) for d in decisions]
-    # The cordon was this run's disruptive act; quarantining the same node is not a second one.
+
+def _act(
+    store: Store,
+    cluster: NodeActions,
+    planned: Sequence[PlannedAction],
+    *,
+    run_id: int,
+    run_key: str,
+    dry_run: bool,
+    now: dt.datetime,
+) -> None:
+    # The cordon was this run's disruptive act (within the breaker); quarantining the same node
+    # is not a second one, so the budget here is the whole fleet.
     apply_actions(
         planned,
-        nodes=backend,
+        nodes=cluster,
         store=store,
         run_id=run_id,
         run_key=run_key,
         budget=ActionBudget(1.0, 1.0),
-        fleet_size=sum(racks.values()),
-        rack_sizes=racks,
+        fleet_size=max(1, len(planned)),
+        rack_sizes={"": max(1, len(planned))},
         dry_run=dry_run,
         as_of=now,
     )
-    if not dry_run and decisions and decisions[0].action in (nh.RETURN_TO_SERVICE, nh.QUARANTINE):
-        backend.set_labels(
-            node,
-            {REMEDIATION_LABEL: "done" if decisions[0].action == nh.RETURN_TO_SERVICE else "quarantined"},
-        )
-    return (
-        {"node": node, "state": "judged", **decisions[0].to_json()}
-        if decisions
-        else {"node": node, "state": "no-probe"}
-    )
-
-
-def run_remediation(
-    store: Store,
-    backend: Backend,
-    *,
-    run_key: str,
-    fleet: str | None,
-    breaker: XidBreaker,
-    dry_run: bool,
-    now: dt.datetime,
-    max_nodes: int = 1024,
-) -> int:
-    """Everything pending in the inbox, in-process (what the DAG does task by task)."""
-    run_id = store.ensure_run(
-        run_key, suite="xid", backend=backend.name, fleet=fleet, meta={"dry_run": dry_run}
-    )
-    claimed = xid_inbox.claim(store.engine, run_id, dispatch_ids=None, now=now, max_nodes=max_nodes)
-    outcomes = decide_and_cordon(
-        store,
-        backend,
-        run_id=run_id,
-        run_key=run_key,
-        claimed=claimed,
-        breaker=breaker,
-        dry_run=dry_run,
-        now=now,
-    )
-    for outcome in outcomes:
-        if outcome.cordoned:
-            remediate(
-                store, backend, run_id=run_id, run_key=run_key, node=outcome.node, dry_run=dry_run, now=now
-            )
-    store.finish_run(run_id)
-    return run_id
+    for action in planned:
+        if dry_run or action.action not in (nh.RETURN_TO_SERVICE, nh.QUARANTINE):
+            continue
+        outcome = "done" if action.action == nh.RETURN_TO_SERVICE else "quarantined"
+        cluster.set_labels(action.node, {REMEDIATION_LABEL: outcome})

@@ -3,6 +3,7 @@
 Where the lines come from (`source`):
 - `inbox` — something else fills the inbox: the simulator (`fleetval sim inject-xid`), or any
   log shipper writing (node, kernel line) rows.
+- `manual` — no run is started by new lines: someone triggers the DAG, which claims them all.
 - `npd` — node-problem-detector on every GPU node watches /dev/kmsg with the rule in
   `deploy/node-problem-detector-xid.json` and emits Kubernetes Events (reason `NVRMXid`) on the
   Node; the trigger copies new Events into the inbox (idempotent on the Event uid) before it looks.
@@ -24,6 +25,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 # fleetval and the hooks are imported where used: DAG files import this module at parse time.
 
 NPD_REASON = "NVRMXid"
+XID_SOURCES = ("inbox", "npd", "manual")  # fleetval.settings.XID_SOURCES, without importing it at parse time
 
 
 @cache
@@ -60,8 +62,8 @@ class XidInboxTrigger(BaseEventTrigger):
         kubernetes_conn_id: str = "kubernetes_default",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
-        if source not in (None, "inbox", "npd"):
-            raise ValueError(f"source must be 'inbox' or 'npd', got {source!r}")
+        if source not in (None, *XID_SOURCES):
+            raise ValueError(f"source must be one of {XID_SOURCES}, got {source!r}")
         self.conn_id = conn_id
         self.poll_interval = poll_interval
         self.source = source
@@ -90,6 +92,8 @@ class XidInboxTrigger(BaseEventTrigger):
         core_v1 = None
         # None: FLEETVAL_XID_SOURCE, read here in the triggerer at run time, not when the DAG is parsed.
         source = self.source or Settings.from_env().xid_source
+        while source == "manual":  # no run is started by events: someone triggers the DAG
+            await asyncio.sleep(3600)
         if source == "npd":
             from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 

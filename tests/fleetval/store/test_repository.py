@@ -42,7 +42,7 @@ def test_migrations_are_idempotent_and_create_every_table(db_url: str) -> None:
     engine = make_engine(db_url)
     upgrade(engine)
     upgrade(engine)
-    assert current(engine) == "0003"
+    assert current(engine) == "0004"
     tables = set(sa.inspect(engine).get_table_names())
     assert {
         "runs",
@@ -51,9 +51,11 @@ def test_migrations_are_idempotent_and_create_every_table(db_url: str) -> None:
         "verdicts",
         "baselines",
         "node_events",
-        "sim_nodes",
+        "sim_fleets",
         "sim_objects",
+        "xid_inbox",
     } <= tables
+    assert "sim_nodes" not in tables  # the in-database simulator is gone (0004)
 
 
 def test_ingest_twice_never_duplicates(store: Store) -> None:

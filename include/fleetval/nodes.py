@@ -1,15 +1,11 @@
-"""What a backend must provide: the node inventory, probe execution and node actions.
-
-Two implementations: `sim` (fleetval.sim.cluster.SimCluster: the simulated fleet, state in the
-fleetval database) and `k8s` (fleetval_airflow.k8s_backend: pods through the Kubernetes API,
-node operations through the cncf.kubernetes provider's hook). Both take the same ProbeSpec.
-"""
+"""Nodes as the suites see them: what a node is (NodeInfo), what can be done to it (NodeActions),
+the cluster that answers both (`Cluster`: fleetval.k8s.cluster.KubeCluster, over the Kubernetes
+API of a real cluster or of `fleetval sim serve`), and what a probe left (ProbeOutput)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 # Labels and taints fleetval writes carry its own prefix.
 LABEL_PREFIX = "fleetval.io/"
@@ -59,16 +55,8 @@ class NodeActions(Protocol):
     def remove_taint(self, node: str, key: str) -> None: ...
 
 
-class Backend(NodeActions, Protocol):
-    name: str
+class Cluster(NodeActions, Protocol):
+    """The node inventory and node operations (fleetval.k8s.cluster.KubeCluster)."""
 
     def list_nodes(self) -> list[NodeInfo]: ...
-    def run_probes(self, specs: Sequence[Any]) -> list[ProbeOutput]: ...
-
-
-@runtime_checkable
-class DeclaresFabrics(Protocol):
-    """Optional: a backend that knows the fabric each hardware profile declares (the simulator,
-    from its fleet spec). On a cluster the `fleetval.io/fabric` node label says it instead."""
-
-    def declared_fabric(self, profile: str) -> str | None: ...
+    def node(self, name: str) -> NodeInfo | None: ...
