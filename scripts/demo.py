@@ -10,6 +10,7 @@ quarantine), then serves the UI until Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import shutil
@@ -75,6 +76,13 @@ def main() -> int:
         print()
         fleetval("verdicts", "--db", db)
         print()
+        # The Xid breaker's default (10 % of 16 nodes: one) would withhold the second cordon with an
+        # F-SAFE-01 alert; operators tune it without a deploy, through this Variable.
+        breaker = {"key": "fleetval_xid_breaker", "value": json.dumps({"max_fleet_fraction": 0.125})}
+        airflow.call("POST", "/api/v2/variables", breaker)
+        print(
+            "== Xid breaker: at most 2 of 16 nodes cordoned for Xids in 5 min (Variable fleetval_xid_breaker)"
+        )
         print(
             "== Xid 79 (GPU fell off the bus) on GPU 2 of r01-n01 (a one-off) and of r02-n08 (the "
             "device plugin withdrew it): the event wakes xid_remediation"
