@@ -42,6 +42,7 @@ REMEDIATION_LABEL: Final = "fleetval.io/xid-remediation"
 GATE: Final = "post-xid"
 LEVEL: Final = 3
 R3_CRITERION: Final = nh.GATE_CRITERION[GATE]
+NODE_GONE: Final = "the node is gone"  # r3_probes' reason for a node the cluster no longer has
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +240,7 @@ def r3_probes(
     for name in nodes:
         info = cluster.node(name)
         if info is None:
-            without[name] = "the node is gone"
+            without[name] = NODE_GONE
         elif info.allocatable_gpus is not None and info.allocatable_gpus < info.gpus:
             without[name] = (
                 f"the device plugin withdrew {info.gpus - info.allocatable_gpus} of {info.gpus} GPUs "
@@ -265,7 +266,7 @@ def quarantine_withdrawn(
     verdicts: list[Verdict] = []
     planned: list[PlannedAction] = []
     for node, why in sorted(withdrawn.items()):
-        gone = why == "the node is gone"
+        gone = why == NODE_GONE
         verdict = Verdict(
             R3_CRITERION,
             node,
