@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 
-from fleetval.planning.nccl_pairs import locate_bad_nodes, resume_search
+from fleetval.nccl.isolation_search import locate_bad_nodes, resume_search
 
 SIZES = (16, 64, 232, 256, 1024)
 

@@ -19,10 +19,11 @@ import uuid
 
 import sqlalchemy as sa
 
-from fleetval.judges.dcgm import judge_dcgm
-from fleetval.parsers.dcgm import parse_dcgm
-from fleetval.sim.dcgm_output import DcgmFault, render_dcgm
-from fleetval.sim.gpus import gpu_uuid
+from fleetval.dcgm.judge import judge_dcgm
+from fleetval.dcgm.parser import parse_dcgm
+from fleetval.dcgm.simulated import DcgmFault, render_dcgm
+from fleetval.dcgm.steps import dcgm_measurements
+from fleetval.fleet.gpus import gpu_uuid
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import (
@@ -33,7 +34,6 @@ from fleetval.store.repository import (
     _copy_escape,
     verdict_row,
 )
-from fleetval.suites.device import dcgm_measurements
 
 WAVE = 1024
 

@@ -32,11 +32,12 @@ from typing import Any
 import sqlalchemy as sa
 from kubernetes import client, config
 
-from fleetval.k8s.specs import dcgm_diag_probe, kpo_kwargs
+from fleetval.dcgm.probe import dcgm_diag_probe
+from fleetval.fleet.spec import load_fleet_spec
+from fleetval.probes.pod import kpo_kwargs
 from fleetval.sim.airflow_run import LocalAirflow
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
-from fleetval.sim.spec import load_fleet_spec
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import ProbeIn, Store

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fleetval.parsers.xid import scan_xid_file
-from fleetval.sim.xid_output import MESSAGES
+from fleetval.xid.parser import scan_xid_file
+from fleetval.xid.simulated import MESSAGES
 
 NOISE = (
     "IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import yaml
 
+from fleetval.fleet.spec import load_fleet_spec
 from fleetval.sim.airflow_run import LocalAirflow
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
-from fleetval.sim.spec import load_fleet_spec
-from fleetval.sim.xid_source import inject as deliver
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import Store
+from fleetval.xid.simulated_source import inject as deliver
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,10 +18,10 @@ import subprocess
 import sys
 import time
 
+from fleetval.fleet.spec import load_fleet_spec
 from fleetval.sim.airflow_run import AirflowRunError, LocalAirflow
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
-from fleetval.sim.spec import load_fleet_spec
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 

@@ -9,12 +9,16 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from fleetval.k8s.specs import ProbeSpec
+from fleetval.fleet.spec import load_fleet_spec
+from fleetval.nccl import gate as nccl_gate
+from fleetval.nccl import isolation as nccl_isolation
+from fleetval.nccl import judge_stored as nccl_judge
+from fleetval.nccl import plan as nccl_plan
+from fleetval.nccl.simulated_run import nccl_output
 from fleetval.nodes import NodeInfo, ProbeOutput
-from fleetval.sim.nccl_probe import nccl_output
-from fleetval.sim.spec import load_fleet_spec
+from fleetval.probes import outputs as probe_outputs
+from fleetval.probes.pod import ProbeSpec
 from fleetval.store.repository import Store
-from fleetval.suites import device, nccl_gate, nccl_isolation, nccl_judge, nccl_plan
 from tests.paths import ROOT
 
 NETLAB = ROOT / "include" / "fleetval" / "sim" / "fleets" / "netlab.yaml"
@@ -83,11 +87,11 @@ class Lab:
             error = self.broken(spec)
             raw = "" if error else nccl_output(FLEET, spec, seed_salt=spec.probe_key)
             outputs.append(
-                device.probe_output(
+                probe_outputs.probe_output(
                     spec, raw, exit_code=None if error else 0, error=error, finished_at=time.time()
                 )
             )
-        device.store_probe_outputs(store, run_id, outputs)
+        probe_outputs.store_probe_outputs(store, run_id, outputs)
 
 
 def sweep(

@@ -12,6 +12,7 @@ from kubernetes import client, config
 from fleetval.k8s.cluster import KubeCluster
 from fleetval.sim.kube.server import KubeApiServer
 from fleetval.store.repository import Store
+from tests.rbac import TEST_AGENT
 
 
 @dataclass
@@ -22,7 +23,10 @@ class SimKube:
     db_url: str
 
     def api_client(self) -> client.ApiClient:
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        """A client of the tests' own (its calls are not the product's: see tests/rbac.py)."""
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        api.user_agent = TEST_AGENT
+        return api
 
     @property
     def core(self) -> client.CoreV1Api:

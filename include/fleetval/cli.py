@@ -1,32 +1,92 @@
 """`fleetval` command line (contract: docs/design.md, "CLI").
 
-JSON on stdout; errors are one line on stderr starting `error:` and a non-zero exit. Evidence
-that cannot decide is not an error: `judge` prints an inconclusive verdict and exits 0.
+JSON on stdout; errors are one line on stderr starting `error:` and a non-zero exit, never a
+traceback (usage errors exit 2, everything else 1). Evidence that cannot decide is not an error:
+`judge` prints an inconclusive verdict and exits 0. Output into a pipe that closes early (`| head`)
+ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fleetval.errors import FleetvalError, ParseError
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from fleetval.fleet.spec import FleetSpec
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+MIB = 1024 * 1024
+# A tool's output (a DCGM report, an NCCL log, a kernel log) is far below this; /dev/zero is not.
+MAX_INPUT_BYTES = 256 * MIB
 
 
-def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+def _read(path: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of `path` (or stdin for -), at most `limit` bytes; bytes that are not UTF-8 are
+    kept (surrogateescape), newlines read as text mode reads them."""
     try:
-        return Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        if path == "-":
+            stdin = getattr(sys.stdin, "buffer", None)
+            data = (
+                stdin.read(limit + 1)
+                if stdin is not None
+                else sys.stdin.read(limit + 1).encode("utf-8", "surrogateescape")
+            )
+        else:
+            with open(path, "rb") as file:
+                data = file.read(limit + 1)
     except OSError as exc:
-        raise FleetvalError(f"cannot read {path}: {exc.strerror}") from None
+        raise FleetvalError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise FleetvalError(f"cannot read {path}: larger than {limit / MIB:g} MiB")
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as text:
+        return text.read()
+
+
+def _read_spec(path: str) -> FleetSpec:
+    from fleetval.fleet.spec import MAX_SPEC_CHARS, load_fleet_spec
+
+    return load_fleet_spec(_read(path, limit=MAX_SPEC_CHARS))
+
+
+def _migrated_engine(url: str) -> Engine:
+    """An engine on a store that exists and has this fleetval's schema (commands that only read
+    or add rows never create a store or change its schema)."""
+    from alembic.script import ScriptDirectory
+
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import MIGRATIONS, current
+
+    engine = make_engine(url)
+    database = engine.url.database
+    # Connecting to a missing SQLite file would create an empty one.
+    is_file_store = engine.url.get_backend_name() == "sqlite" and database not in (None, "", ":memory:")
+    if is_file_store and not Path(str(database)).is_file():
+        raise FleetvalError(f"no fleetval store at {database}: create it with `fleetval db upgrade --db URL`")
+    have = current(engine)
+    want = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    if have is None:
+        raise FleetvalError("the database holds no fleetval store yet: run `fleetval db upgrade --db URL`")
+    if have != want:
+        raise FleetvalError(
+            f"the store's schema is at revision {have}, this fleetval reads {want}: run "
+            "`fleetval db upgrade --db URL` (a store newer than this fleetval needs a newer fleetval)"
+        )
+    return engine
 
 
 def _emit(data: Any) -> None:
@@ -37,64 +97,84 @@ def _emit(data: Any) -> None:
 def cmd_parse(args: argparse.Namespace) -> int:
     text = _read(args.file)
     if args.tool == "dcgm":
-        from fleetval.parsers.dcgm import parse_dcgm
+        from fleetval.dcgm.parser import parse_dcgm
 
         _emit(parse_dcgm(text).to_json())
     elif args.tool == "nccl":
-        from fleetval.parsers.nccl import parse_nccl
+        from fleetval.nccl.parser import parse_nccl
 
         _emit(parse_nccl(text).to_json())
     else:
-        from fleetval.parsers.xid import parse_xid, xid_log_to_json
+        from fleetval.xid.parser import parse_xid, xid_log_to_json
 
         _emit(xid_log_to_json(parse_xid(text)))
     return 0
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    """Unreadable evidence is judged too (inconclusive), never an error exit: the judges take the
+    parse error in place of the parsed output."""
     text = _read(args.file)
     if args.tool == "dcgm":
-        from fleetval.judges.dcgm import judge_dcgm
-        from fleetval.parsers.dcgm import DcgmReport, parse_dcgm
+        from fleetval.dcgm.judge import judge_dcgm
+        from fleetval.dcgm.parser import DcgmReport, parse_dcgm
 
         report: DcgmReport | ParseError
         try:
             report = parse_dcgm(text)
         except ParseError as exc:
             report = exc
-        _emit(judge_dcgm(report, gate=args.gate, node=args.node).to_json())
+        _emit(judge_dcgm(report, gate=args.gate, node=args.node, expected_gpus=args.gpus).to_json())
     elif args.tool == "nccl":
-        from fleetval.judges.nccl import judge_nccl_to_json
-        from fleetval.parsers.nccl import parse_nccl
+        from fleetval.nccl.judge import judge_nccl_to_json
+        from fleetval.nccl.parser import NcclRun, parse_nccl
 
         if args.baseline is None:
             raise FleetvalError("judge nccl needs --baseline GBPS (the measured baseline busbw)")
-        _emit(judge_nccl_to_json(parse_nccl(text), args.baseline, args.ranks, expected_fabric=args.fabric))
+        run: NcclRun | ParseError
+        try:
+            run = parse_nccl(text)
+        except ParseError as exc:
+            run = exc
+        _emit(judge_nccl_to_json(run, args.baseline, args.ranks, expected_fabric=args.fabric))
     else:
-        from fleetval.judges.xid import judge_xid, judge_xid_to_json
-        from fleetval.parsers.xid import parse_xid
+        from fleetval.xid.judge import judge_xid, judge_xid_to_json
+        from fleetval.xid.parser import XidEvent, parse_xid
 
-        _emit(judge_xid_to_json(judge_xid(parse_xid(text), node=args.node)))
+        events: tuple[XidEvent, ...] | ParseError
+        try:
+            events = parse_xid(text)
+        except ParseError as exc:
+            events = exc
+        _emit(judge_xid_to_json(judge_xid(events, node=args.node)))
     return 0
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from alembic.util import CommandError
+
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import current, upgrade
 
     engine = make_engine(args.db)
-    upgrade(engine)
+    try:
+        upgrade(engine)
+    except CommandError as exc:  # e.g. a revision this fleetval does not know: a newer store
+        raise FleetvalError(f"cannot upgrade the store: {str(exc).splitlines()[0]}") from None
     _emit({"db": engine.url.render_as_string(hide_password=True), "revision": current(engine)})
     return 0
 
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
-    from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
 
-    spec = load_fleet_spec(_read(args.fleet))
+    spec = _read_spec(args.fleet)
+    if args.reference and args.suite != "nccl":
+        raise FleetvalError("--reference names baseline nodes for --suite nccl only")
+    for node in args.reference:
+        spec.profile_of(node)  # an unknown node is an error now, not after Airflow has started
     _default_budgets(args)
     engine = make_engine(args.db)
     upgrade(engine)
@@ -108,7 +188,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         }
         return _sim_dag(args, spec, "weekly_health_sweep", conf)
     if args.suite == "xid":
-        from fleetval.sim.xid_source import inject_spec_faults
+        from fleetval.xid.simulated_source import inject_spec_faults
 
         conf = {
             "dry_run": bool(args.dry_run),
@@ -135,7 +215,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 def _default_budgets(args: argparse.Namespace) -> None:
     """Fill the budgets not given with the defaults the suite's DAG uses."""
     from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
-    from fleetval.suites.xid import XidBreaker
+    from fleetval.xid.steps import XidBreaker
 
     if args.suite == "xid":
         breaker = XidBreaker()
@@ -219,7 +299,8 @@ def _nccl_reference_baselines(
     """`--reference` nodes: the sweep DAG measures them first (a dry run), and their measurements
     become the promoted baselines (as onboarding does): verdicts are only ever judged against
     measured baselines. Without reference nodes, busbw verdicts are inconclusive."""
-    from fleetval.suites import nccl_baselines, nccl_plan
+    from fleetval.nccl import baselines as nccl_baselines
+    from fleetval.nccl import plan as nccl_plan
 
     if not args.reference:
         return {"baselines": []}
@@ -255,13 +336,19 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
 
     from fleetval.sim.kube.cluster import SimKubeCluster
     from fleetval.sim.kube.server import KubeApiServer
-    from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
 
-    spec = load_fleet_spec(_read(args.fleet))
+    spec = _read_spec(args.fleet)
     state_dir = Path(args.state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise FleetvalError(f"--state-dir {state_dir} is a file, not a folder")
+    kubeconfig_path = Path(args.kubeconfig or state_dir / f"{spec.name}.kubeconfig")
+    if args.kubeconfig and not kubeconfig_path.parent.is_dir():
+        raise FleetvalError(
+            f"--kubeconfig {kubeconfig_path}: the folder {kubeconfig_path.parent} does not exist"
+        )
     db = args.db or f"sqlite:///{(state_dir / (spec.name + '.db')).resolve()}"
     state_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(db)
@@ -272,12 +359,12 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
         cluster.reset()
     server = KubeApiServer(cluster, port=args.port, token=args.token)
     server.start()
-    kubeconfig = server.write_kubeconfig(Path(args.kubeconfig or state_dir / f"{spec.name}.kubeconfig"))
-    _emit({"fleet": spec.name, "server": server.url, "kubeconfig": str(kubeconfig), "db": db})
-    sys.stdout.flush()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
+        kubeconfig = server.write_kubeconfig(kubeconfig_path)
+        _emit({"fleet": spec.name, "server": server.url, "kubeconfig": str(kubeconfig), "db": db})
+        sys.stdout.flush()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         stop.wait()
     except KeyboardInterrupt:
         pass
@@ -290,12 +377,11 @@ def cmd_sim_load(args: argparse.Namespace) -> int:
     """Load a fleet spec into the store the simulated cluster keeps its state in (what
     `sim serve` does first); `--reset` drops the state a previous server left."""
     from fleetval.sim.kube.cluster import SimKubeCluster
-    from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
 
-    spec = load_fleet_spec(_read(args.fleet))
+    spec = _read_spec(args.fleet)
     engine = make_engine(args.db)
     upgrade(engine)
     Store(engine).remember_fleet(spec.name, spec.seed, spec.raw)
@@ -308,10 +394,9 @@ def cmd_sim_load(args: argparse.Namespace) -> int:
 
 
 def cmd_verdicts(args: argparse.Namespace) -> int:
-    from fleetval.store.engine import make_engine
     from fleetval.store.repository import Store
 
-    store = Store(make_engine(args.db))
+    store = Store(_migrated_engine(args.db))
     run = store.find_run(args.run_key)
     if run is None:
         raise FleetvalError("no such run in the store" if args.run_key else "the store holds no runs yet")
@@ -339,15 +424,14 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_inject_xid(args: argparse.Namespace) -> int:
-    from fleetval.sim.spec import load_fleet_spec
-    from fleetval.sim.xid_source import inject
-    from fleetval.store.engine import make_engine
+    from fleetval.fleet.spec import load_fleet_spec
     from fleetval.store.repository import Store
+    from fleetval.xid.simulated_source import inject
 
     at = dt.datetime.now(dt.UTC)
-    engine = make_engine(args.db)
+    engine = _migrated_engine(args.db)
     if Path(args.fleet).is_file():
-        spec = load_fleet_spec(_read(args.fleet))
+        spec = _read_spec(args.fleet)
     else:
         saved = Store(engine).fleet_spec(args.fleet)
         if saved is None:
@@ -416,7 +500,64 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+# Argument types: a bad value is a usage error naming the option, before anything runs.
+def _db_url(text: str) -> str:
+    from fleetval.store.engine import StoreUrlError, store_url
+
+    try:
+        store_url(text)
+    except StoreUrlError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+def _number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text[:40]!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
+        if value > high or value < low or (low_open and value == low):
+            bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be in {bounds}, got {value:g}")
+        return value
+
+    return parse
+
+
+def _text(max_chars: int) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("must not be empty")
+        if len(text) > max_chars:
+            raise argparse.ArgumentTypeError(f"at most {max_chars} characters, got {len(text)}")
+        if not text.isprintable():
+            raise argparse.ArgumentTypeError(f"must be printable, got {text[:40]!r}")
+        return text
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from fleetval.fleet.spec import MAX_GPUS, MAX_XID_COUNT, XID_CODES
+
+    fraction = _number_in(0.0, 1.0, low_open=True)
+    time_scale = _number_in(0.0, 100.0)
     parser = _Parser(prog="fleetval", description="GPU-fleet validation: parse, judge, simulate.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -429,17 +570,29 @@ def build_parser() -> argparse.ArgumentParser:
     p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid"])
     p_judge.add_argument("file")
     p_judge.add_argument("--gate", choices=["onboarding", "weekly", "post-xid"], default="weekly")
-    p_judge.add_argument("--node", default="node", help="subject node name for the verdicts")
-    p_judge.add_argument("--baseline", type=float, help="nccl: baseline busbw in GB/s")
-    p_judge.add_argument("--ranks", type=int, help="nccl: number of ranks (overrides the output)")
+    p_judge.add_argument("--node", default="node", type=_text(253), help="subject node name for the verdicts")
+    p_judge.add_argument(
+        "--baseline", type=_number_in(0.0, 100_000.0, low_open=True), help="nccl: baseline busbw in GB/s"
+    )
+    p_judge.add_argument(
+        "--ranks", type=_int_in(1, 10_000_000), help="nccl: number of ranks (overrides the output)"
+    )
     p_judge.add_argument("--fabric", choices=["ib", "roce"], help="nccl: the fabric the profile declares")
+    p_judge.add_argument(
+        "--gpus",
+        type=_int_in(1, MAX_GPUS),
+        help="dcgm: the node's GPU count; a report that does not cover every GPU cannot pass",
+    )
     p_judge.set_defaults(func=cmd_judge)
 
     p_db = sub.add_parser("db", help="database schema")
     db_sub = p_db.add_subparsers(dest="db_command", required=True)
     p_up = db_sub.add_parser("upgrade", help="apply migrations")
     p_up.add_argument(
-        "--db", required=True, help="SQLAlchemy URL, e.g. postgresql+psycopg2://… or sqlite:///f.db"
+        "--db",
+        required=True,
+        type=_db_url,
+        help="SQLAlchemy URL, e.g. postgresql+psycopg2://… or sqlite:///f.db",
     )
     p_up.set_defaults(func=cmd_db_upgrade)
 
@@ -450,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a suite on a simulated fleet (weekly, xid: its DAGs on a local Airflow)",
     )
     p_run.add_argument("fleet", help="fleet spec YAML")
-    p_run.add_argument("--db", required=True)
+    p_run.add_argument("--db", required=True, type=_db_url)
     p_run.add_argument(
         "--suite",
         choices=["weekly", "xid", "nccl"],
@@ -462,41 +615,57 @@ def build_parser() -> argparse.ArgumentParser:
         "--reference",
         action="append",
         default=[],
+        type=_text(253),
         help="nccl: a reference node measured and promoted as the baseline first (repeatable)",
     )
     p_run.add_argument(
-        "--run-key", help="idempotency key; the same key re-judges the same run without duplicates"
+        "--run-key",
+        type=_text(200),
+        help="idempotency key; the same key re-judges the same run without duplicates",
     )
     p_run.add_argument("--dry-run", action="store_true", help="record node actions without applying them")
     p_run.add_argument("--reset", action="store_true", help="reset the simulated cluster state from the spec")
     p_run.add_argument(
-        "--time-scale", type=float, default=0.0, help="simulated tool run time × this (0: instant)"
+        "--time-scale", type=time_scale, default=0.0, help="simulated tool run time × this (0: instant)"
     )
     # Budgets default to the DAGs' own defaults for the suite (weekly: the diagnosis and action
     # budgets; xid: the Xid breaker), so the CLI and the scheduled runs act alike.
     p_run.add_argument(
-        "--max-fleet-fraction", type=float, help="weekly: most of the fleet under diagnosis at once"
+        "--max-fleet-fraction", type=fraction, help="weekly: most of the fleet under diagnosis at once"
     )
-    p_run.add_argument("--max-rack-fraction", type=float, help="most of one rack under diagnosis or acted on")
-    p_run.add_argument("--max-action-fraction", type=float, help="most of the fleet cordoned by one run")
+    p_run.add_argument(
+        "--max-rack-fraction", type=fraction, help="most of one rack under diagnosis or acted on"
+    )
+    p_run.add_argument("--max-action-fraction", type=fraction, help="most of the fleet cordoned by one run")
     p_run.set_defaults(func=cmd_sim_run)
 
     p_serve = sim_sub.add_parser("serve", help="serve the simulated fleet as a Kubernetes API on 127.0.0.1")
     p_serve.add_argument("fleet", help="fleet spec YAML")
-    p_serve.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
-    p_serve.add_argument("--db", help="store for the cluster's state (default: sqlite in --state-dir)")
     p_serve.add_argument(
-        "--state-dir", default=".fleetval-sim", help="where the kubeconfig and default store go"
+        "--port", type=_int_in(0, 65535), default=0, help="port (default: a free one, printed)"
     )
     p_serve.add_argument(
-        "--kubeconfig", help="write the kubeconfig here (default: STATE_DIR/FLEET.kubeconfig)"
+        "--db", type=_db_url, help="store for the cluster's state (default: sqlite in --state-dir)"
     )
     p_serve.add_argument(
-        "--token", help="bearer token the server accepts (default: random, in the kubeconfig)"
+        "--state-dir",
+        type=_text(4096),
+        default=".fleetval-sim",
+        help="where the kubeconfig and default store go",
+    )
+    p_serve.add_argument(
+        "--kubeconfig",
+        type=_text(4096),
+        help="write the kubeconfig here (default: STATE_DIR/FLEET.kubeconfig)",
+    )
+    p_serve.add_argument(
+        "--token",
+        type=_text(4096),
+        help="bearer token the server accepts (default: random, in the kubeconfig)",
     )
     p_serve.add_argument(
         "--time-scale",
-        type=float,
+        type=time_scale,
         default=0.01,
         help="simulated tool run time × this (0: instant probes; 1: as long as on real hardware)",
     )
@@ -505,7 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_load = sim_sub.add_parser("load", help="load a fleet spec into the simulated cluster")
     p_load.add_argument("fleet")
-    p_load.add_argument("--db", required=True)
+    p_load.add_argument("--db", required=True, type=_db_url)
     p_load.add_argument(
         "--reset", action="store_true", help="reset cluster state (cordons, labels) from the spec"
     )
@@ -513,17 +682,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_inj = sim_sub.add_parser("inject-xid", help="deliver Xid kernel lines for nodes to the Xid inbox")
     p_inj.add_argument("fleet", help="a fleet spec YAML, or the name of a fleet served from this store")
-    p_inj.add_argument("--db", required=True)
-    p_inj.add_argument("--node", action="append", required=True, help="node name (repeatable)")
-    p_inj.add_argument("--code", type=int, required=True, help="Xid number")
-    p_inj.add_argument("--gpu", type=int, default=0)
-    p_inj.add_argument("--count", type=int, default=1)
-    p_inj.add_argument("--tag", help="delivery id (same tag again delivers nothing new)")
+    p_inj.add_argument("--db", required=True, type=_db_url)
+    p_inj.add_argument(
+        "--node", action="append", required=True, type=_text(253), help="node name (repeatable)"
+    )
+    p_inj.add_argument(
+        "--code", type=_int_in(XID_CODES.start, XID_CODES.stop - 1), required=True, help="Xid number"
+    )
+    p_inj.add_argument("--gpu", type=_int_in(0, MAX_GPUS - 1), default=0)
+    p_inj.add_argument("--count", type=_int_in(1, MAX_XID_COUNT), default=1)
+    p_inj.add_argument("--tag", type=_text(100), help="delivery id (same tag again delivers nothing new)")
     p_inj.set_defaults(func=cmd_sim_inject_xid)
 
     p_ver = sub.add_parser("verdicts", help="show the verdicts of a run (default: the latest)")
-    p_ver.add_argument("--db", required=True)
-    p_ver.add_argument("--run-key")
+    p_ver.add_argument("--db", required=True, type=_db_url)
+    p_ver.add_argument("--run-key", type=_text(250))
     p_ver.add_argument("--format", choices=["table", "json"], default="table")
     p_ver.add_argument("--all", action="store_true", help="table: include passing per-GPU records")
     p_ver.set_defaults(func=cmd_verdicts)
@@ -535,20 +708,58 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # The reader (`| head`) has what it wanted. As Python's docs on SIGPIPE advise: point
+        # stdout at devnull so the exit's flush cannot fail again, and end quietly.
+        with contextlib.suppress(OSError, ValueError):  # no file descriptor: a test's capture
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error already reported on one line
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from sqlalchemy.exc import SQLAlchemyError
+
     from fleetval.store.engine import outage_as_error
 
     try:
         with outage_as_error():
             return int(args.func(args))
+    except BrokenPipeError:
+        raise
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
     except (FleetvalError, ValueError, KeyError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {message}", file=sys.stderr)
-        return EXIT_FAILED
+        _error(_first_line(exc))
+    except RecursionError:
+        _error("the input is nested too deeply to read")
+    except MemoryError:
+        _error("out of memory reading the input")
+    except OSError as exc:
+        _error(f"{exc.strerror or _first_line(exc)}" + (f": {exc.filename}" if exc.filename else ""))
+    except SQLAlchemyError as exc:  # not an outage (that is StoreUnavailable): a refusal
+        _error(f"the store refused the request: {_first_line(getattr(exc, 'orig', None) or exc)}")
+    except Exception as exc:  # the contract is one line, even for a bug
+        _error(f"unexpected {type(exc).__name__}: {_first_line(exc)}")
+    return EXIT_FAILED
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -156,16 +156,16 @@ CRITERIA: Final[tuple[Criterion, ...]] = (
 # What judges each criterion today (DAG, and the judge that emits the verdict); a criterion not
 # listed is specified here but not yet checked.
 IMPLEMENTED_BY: Final[dict[str, str]] = {
-    "D-DEV-01": "judges.dcgm at the onboarding gate (no onboarding DAG yet)",
-    "D-DEV-02": "xid_remediation: DCGM r3 after an Xid (judges.dcgm, post-xid gate)",
+    "D-DEV-01": "dcgm.judge at the onboarding gate (no onboarding DAG yet)",
+    "D-DEV-02": "xid_remediation: DCGM r3 after an Xid (dcgm.judge, post-xid gate)",
     "D-DEV-03": "weekly_health_sweep: DCGM r2 on every idle GPU node, coverage verdict",
-    "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (judges.dcgm)",
-    "D-DEV-05": "xid_remediation: time from the Xid to the cordon (judges.xid)",
-    "D-DEV-06": "xid_remediation: the Xid decision table (policy/xid_table.csv, judges.xid)",
-    "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (judges.nccl)",
-    "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (judges.nccl)",
-    "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (judges.nccl)",
-    "D-NET-NCCL-04": "post_upgrade_nccl_sweep: CV over three repeats (judges.nccl)",
+    "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (dcgm.judge)",
+    "D-DEV-05": "xid_remediation: time from the Xid to the cordon (xid.judge)",
+    "D-DEV-06": "xid_remediation: the Xid decision table (xid/xid_table.csv, xid.judge)",
+    "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (nccl.judge)",
+    "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (nccl.judge)",
+    "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (nccl.judge)",
+    "D-NET-NCCL-04": "post_upgrade_nccl_sweep: CV over three repeats (nccl.judge)",
     "F-SAFE-01": "every DAG that acts on nodes: the blast-radius action budget (remediation)",
 }
 

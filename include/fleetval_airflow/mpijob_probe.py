@@ -46,15 +46,16 @@ def mpijob_runner(
         namespace=settings.namespace,
         queue=settings.kueue_queue,
         admission_timeout_s=ADMISSION_TIMEOUT_S if admission_timeout_s is None else admission_timeout_s,
+        worker_devices=settings.rdma_resources,
         log=log,
     )
 
 
 def store_outputs(fv_run: int, outputs: list[ProbeOutput]) -> None:
-    from fleetval.suites import device
+    from fleetval.probes import outputs as probe_outputs
     from fleetval_airflow import config
 
-    device.store_probe_outputs(config.store(), fv_run, outputs)
+    probe_outputs.store_probe_outputs(config.store(), fv_run, outputs)
 
 
 def try_number(context: Any) -> int:
@@ -77,7 +78,7 @@ class MPIJobProbeOperator(BaseOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         **kwargs: Any,
     ) -> None:
-        from fleetval.k8s.specs import ProbeSpec
+        from fleetval.probes.pod import ProbeSpec
         from fleetval.settings import Settings
         from fleetval_airflow.mpijobs import POLL_S
 

@@ -2,7 +2,7 @@
 operator (`mpijob_probe.MPIJobProbeOperator`), the isolation operator (`nccl_isolation`) and the
 trigger they defer to (`triggers.mpijob.MPIJobTrigger`).
 
-- **Submit**: the MPIJob of `fleetval.k8s.mpijob` (Kueue gang admission: created suspended with
+- **Submit**: the MPIJob of `fleetval.nccl.mpijob` (Kueue gang admission: created suspended with
   the queue label), one per task try (`<name>-t<try>`), labelled with its probe. A job of the same
   probe that is still queued or running is reattached to instead (a retried task, a worker lost
   mid-wait); one that succeeded is collected (its output not yet stored).
@@ -29,10 +29,10 @@ from typing import Any, Final
 
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.k8s import mpijob
-from fleetval.k8s.specs import PROBE_LABEL, ProbeSpec, probe_label
+from fleetval.nccl import mpijob
 from fleetval.nodes import ProbeOutput
-from fleetval.suites import device
+from fleetval.probes import outputs as probe_outputs
+from fleetval.probes.pod import PROBE_LABEL, ProbeSpec, probe_label
 
 POLL_S: Final = 10.0
 FIRST_POLL_S: Final = 1.0  # polls back off from 1 s to POLL_S: quick jobs are seen quickly
@@ -160,6 +160,7 @@ class MPIJobRunner:
         namespace: str,
         queue: str,
         admission_timeout_s: int = ADMISSION_TIMEOUT_S,
+        worker_devices: Sequence[tuple[str, str]] = (),
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         log: Any = None,
@@ -169,6 +170,7 @@ class MPIJobRunner:
         self.namespace = namespace
         self.queue = queue
         self.admission_timeout_s = admission_timeout_s
+        self.worker_devices = tuple(worker_devices)
         self.clock = clock
         self.sleep = sleep
         self.log = log
@@ -197,6 +199,7 @@ class MPIJobRunner:
             namespace=self.namespace,
             admission_timeout_s=self.admission_timeout_s,
             name=mpijob.mpijob_name(spec, attempt),
+            worker_devices=self.worker_devices,
         )
         try:
             job = self.custom.create_namespaced_custom_object(body=body, **api)
@@ -254,12 +257,14 @@ class MPIJobRunner:
             error = f"MPIJob {ref.name} did not finish by its deadline: deleted"
         else:
             error = f"MPIJob {ref.name} was deleted before it finished"
-        output = device.probe_output(spec, raw, exit_code=code, error=error, finished_at=self.clock())
+        output = probe_outputs.probe_output(spec, raw, exit_code=code, error=error, finished_at=self.clock())
         return dataclasses.replace(output, spec={**output.spec, "mpijob": ref.name})
 
     def failure(self, spec: ProbeSpec, error: str) -> ProbeOutput:
         """A probe whose job could not be submitted or waited for: a harness error."""
-        return device.probe_output(spec, "", exit_code=None, error=error[:500], finished_at=self.clock())
+        return probe_outputs.probe_output(
+            spec, "", exit_code=None, error=error[:500], finished_at=self.clock()
+        )
 
     def _launcher(self, ref: JobRef) -> Any:
         pods = self.core.list_namespaced_pod(

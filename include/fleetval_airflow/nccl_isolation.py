@@ -1,6 +1,6 @@
 """The isolation task of `post_upgrade_nccl_sweep`: group testing in rounds of MPIJobs.
 
-Each round asks `fleetval.suites.nccl_isolation.isolation_step` for the next probes (one repeat
+Each round asks `fleetval.nccl.isolation.isolation_step` for the next probes (one repeat
 of the next group of every unfinished search; node-disjoint), submits them as MPIJobs through the
 same runner as the pair probes, waits — deferred in `MPIJobTrigger` (one deferral per round) or,
 with `FLEETVAL_PROBE_DEFERRABLE=false`, on the worker — stores the raw outputs and asks again,
@@ -79,7 +79,9 @@ class NcclIsolationOperator(BaseOperator):
         return self._advance(context, runner)
 
     def _advance(self, context: Any, runner: MPIJobRunner) -> Any:
-        from fleetval.suites import nccl_isolation, nccl_judge, nccl_plan
+        from fleetval.nccl import isolation as nccl_isolation
+        from fleetval.nccl import judge_stored as nccl_judge
+        from fleetval.nccl import plan as nccl_plan
         from fleetval_airflow import config
 
         store = config.store()

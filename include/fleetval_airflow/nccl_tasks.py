@@ -1,5 +1,5 @@
 """Tasks of `post_upgrade_nccl_sweep`, `post_upgrade_nccl_sweep_wave` and `baseline_backfill`:
-each pulls its context once and calls the fleetval.suites.nccl_* steps.
+each pulls its context once and calls the fleetval.nccl steps.
 
 fleetval (SQLAlchemy, pandas, parsers, judges) is imported inside the tasks: the DAG processor
 parses this module on every cycle and never runs a task. The plan lives in the fleetval run, not
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import get_current_context, task
 
 if TYPE_CHECKING:
-    from fleetval.suites.nccl_plan import Kind
+    from fleetval.nccl.plan import Kind
 
 WAVE_DAG_ID = "post_upgrade_nccl_sweep_wave"
 MAX_CHANGES_IN_XCOM = 50
@@ -45,7 +45,7 @@ def start_run() -> int:
 
     Failed probe pods and MPIJobs are kept for forensics, but only the newest few: older ones
     are pruned here."""
-    from fleetval.suites import nccl_plan
+    from fleetval.nccl import plan as nccl_plan
     from fleetval_airflow import config
     from fleetval_airflow.mpijob_probe import mpijob_runner
 
@@ -80,7 +80,7 @@ def plan_sweep(fv_run: int) -> list[dict[str, Any]]:
     """
     from airflow.sdk.configuration import conf
 
-    from fleetval.suites import nccl_plan
+    from fleetval.nccl import plan as nccl_plan
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -131,7 +131,7 @@ def _waves(store: Any, fv_run: int, kind: str) -> list[dict[str, Any]]:
 
 
 def _plan(store: Any, fv_run: int) -> Any:
-    from fleetval.suites import nccl_plan
+    from fleetval.nccl import plan as nccl_plan
 
     return nccl_plan.NcclPlan.from_json(store.run_meta(fv_run)["plan"])
 
@@ -150,7 +150,7 @@ def _wave_conf() -> tuple[int, str, int]:
 
 
 def _wave_probes(kind: Kind) -> list[dict[str, Any]]:
-    from fleetval.suites import nccl_plan
+    from fleetval.nccl import plan as nccl_plan
     from fleetval_airflow import config
 
     fv_run, wave_kind, wave = _wave_conf()
@@ -178,7 +178,8 @@ def pair_probes() -> list[dict[str, Any]]:
 def judge(fv_run: int) -> dict[str, Any]:
     """Judge every stored probe of the sweep against the promoted baselines; a probe that left
     nothing (its task or wave broke) is an `error`, never a pass."""
-    from fleetval.suites import nccl_judge, nccl_plan
+    from fleetval.nccl import judge_stored as nccl_judge
+    from fleetval.nccl import plan as nccl_plan
     from fleetval_airflow import config
 
     store = config.store()
@@ -199,7 +200,7 @@ def judge(fv_run: int) -> dict[str, Any]:
 def gate(fv_run: int) -> dict[str, Any]:
     """The gate: label nodes pass/fail/inconclusive, halt the rollout on a fail (ClusterPolicy
     autoUpgrade=false), mark swept nodes."""
-    from fleetval.suites import nccl_gate
+    from fleetval.nccl import gate as nccl_gate
     from fleetval_airflow import config
     from fleetval_airflow.k8s_gate import pause_driver_upgrades
 
@@ -216,13 +217,21 @@ def gate(fv_run: int) -> dict[str, Any]:
     decision = nccl_gate.decide_gate(store.verdicts(fv_run), plan)
     store.update_run_meta(fv_run, gate=decision.to_json())
     paused: list[dict[str, Any]] = []
+    in_flight: dict[str, list[str]] = {}
     if decision.halt_rollout:  # first: every minute more, the rollout upgrades more nodes
+        # read before the halt: the paused operator removes the upgrade-state labels
+        in_flight = nccl_gate.upgrade_in_flight(kube.list_nodes())
+        store.update_run_meta(fv_run, gate={**decision.to_json(), "upgrade_in_flight": in_flight})
         paused = pause_driver_upgrades(config.kube_custom_objects(), dry_run=dry_run)
     failed = nccl_gate.apply_gate(
-        store, kube, run_id=fv_run, run_key=run_key, decision=decision, dry_run=dry_run
+        store, kube, run_id=fv_run, run_key=run_key, decision=decision, dry_run=dry_run, in_flight=in_flight
     )
     swept = nccl_gate.mark_swept(kube, plan, nccl_gate.swept_nodes(store, fv_run), dry_run=dry_run)
-    store.update_run_meta(fv_run, gate={**decision.to_json(), "clusterpolicy": paused}, swept=swept)
+    store.update_run_meta(
+        fv_run,
+        gate={**decision.to_json(), "clusterpolicy": paused, "upgrade_in_flight": in_flight},
+        swept=swept,
+    )
     store.finish_run(fv_run)
     counts: dict[str, int] = {}
     for row in store.verdicts(fv_run):
@@ -231,6 +240,7 @@ def gate(fv_run: int) -> dict[str, Any]:
         "gate": decision.result.value,
         "halt_rollout": decision.halt_rollout,
         "clusterpolicy": paused,
+        "upgrade_in_flight": {state: len(names) for state, names in in_flight.items()},
         "failed_nodes": failed[:MAX_SUBJECTS_IN_XCOM],
         "verdicts": counts,
         "swept": len(swept),
@@ -266,7 +276,7 @@ def backfill_range(params: Any, ctx: Any) -> tuple[dt.datetime, dt.datetime]:
 @task
 def plan_backfill() -> list[dict[str, str]]:
     """The (profile, scope) series to re-derive: the params', or every series measured in range."""
-    from fleetval.suites import nccl_backfill
+    from fleetval.nccl import backfill as nccl_backfill
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -289,7 +299,7 @@ def plan_backfill() -> list[dict[str, str]]:
 @task(max_active_tis_per_dagrun=1)  # baseline versions are allocated one at a time
 def rederive(series: dict[str, str]) -> dict[str, Any]:
     """New candidate baseline from stored measurements; past runs re-judged under a new run."""
-    from fleetval.suites import nccl_backfill
+    from fleetval.nccl import backfill as nccl_backfill
     from fleetval_airflow import config
 
     ctx = get_current_context()

@@ -3,7 +3,7 @@
 The provider does the work (pod creation, reattach on retry, startup timeout, deferral, log
 streaming, cleanup); this subclass adds only what a probe needs:
 
-- the pod comes from a ProbeSpec (`fleetval.k8s.specs.kpo_kwargs`): the node, its GPUs, the
+- the pod comes from a ProbeSpec (`fleetval.probes.pod.kpo_kwargs`): the node, its GPUs, the
   image, the tool's command;
 - the raw output reaches the store the moment the pod completes (`StoreProbeOutput`), before
   anything judges it, with its exit code and, when the harness broke, why;
@@ -23,7 +23,7 @@ from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCal
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.k8s.specs import ProbeSpec, kpo_kwargs
+from fleetval.probes.pod import ProbeSpec, kpo_kwargs
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -99,16 +99,20 @@ class ProbePodOperator(KubernetesPodOperator):
 
     # --- raw output ---------------------------------------------------------------------------
     def store_output(self, raw: str, *, exit_code: int | None, error: str | None) -> None:
+        from fleetval.probes import outputs as probe_outputs
         from fleetval.store.engine import outage_as_error
-        from fleetval.suites import device
         from fleetval_airflow import config
 
         now = dt.datetime.now(dt.UTC).timestamp()
         with outage_as_error():
-            device.store_probe_outputs(
+            probe_outputs.store_probe_outputs(
                 config.store(),
                 self.fv_run,
-                [device.probe_output(self.spec, raw, exit_code=exit_code, error=error, finished_at=now)],
+                [
+                    probe_outputs.probe_output(
+                        self.spec, raw, exit_code=exit_code, error=error, finished_at=now
+                    )
+                ],
             )
         self._stored = True
 

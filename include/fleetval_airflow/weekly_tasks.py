@@ -1,5 +1,5 @@
 """Tasks of `weekly_health_sweep` and `weekly_health_sweep_wave`: each pulls its context once
-and calls fleetval.suites.weekly."""
+and calls fleetval.dcgm.weekly."""
 
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ def plan_waves(fv_run: int) -> list[dict[str, Any]]:
     """
     from airflow.sdk.configuration import conf
 
+    from fleetval.dcgm import weekly
     from fleetval.policy.blast_radius import DiagnosisBudget
-    from fleetval.suites import weekly
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -83,7 +83,7 @@ def plan_waves(fv_run: int) -> list[dict[str, Any]]:
 @outage_is_one_line
 def wave_probes() -> list[dict[str, Any]]:
     """The wave's probes, one per node: the arguments of each mapped probe pod task."""
-    from fleetval.suites import weekly
+    from fleetval.dcgm import weekly
     from fleetval_airflow import config
 
     fv_run, wave = _wave_conf()
@@ -97,8 +97,8 @@ def wave_probes() -> list[dict[str, Any]]:
 @outage_is_one_line
 def judge_wave() -> dict[str, Any]:
     """Judge the wave's stored raw outputs, store verdicts, act within the action budget."""
+    from fleetval.dcgm import weekly
     from fleetval.policy.blast_radius import ActionBudget
-    from fleetval.suites import weekly
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -134,7 +134,7 @@ def _wave_conf() -> tuple[int, int]:
 @outage_is_one_line
 def report_coverage(fv_run: int) -> dict[str, Any]:
     """D-DEV-03 coverage for the fleet, and the run's verdict counts."""
-    from fleetval.suites import weekly
+    from fleetval.dcgm import weekly
     from fleetval_airflow import config
 
     ctx = get_current_context()

@@ -1,4 +1,4 @@
-"""Tasks of `xid_remediation`: each pulls its context once and calls fleetval.suites.xid (the
+"""Tasks of `xid_remediation`: each pulls its context once and calls fleetval.xid.steps (the
 decisions) or fleetval.store.xid_inbox (claiming the inbox rows); `R3ProbeOperator` is the DCGM
 r3 probe pod of one cordoned node."""
 
@@ -26,7 +26,7 @@ def _breaker(params: dict[str, Any]) -> Any:
     runs take the params' defaults, and operators tune the breaker without a deploy."""
     from airflow.sdk import Variable
 
-    from fleetval.suites.xid import XidBreaker
+    from fleetval.xid.steps import XidBreaker
 
     merged = {**params, **(Variable.get("fleetval_xid_breaker", default=None, deserialize_json=True) or {})}
     return XidBreaker(
@@ -77,7 +77,7 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
     One task for every claimed node: cordoning is the latency-critical step, so it does not wait
     for a mapped task per node to be scheduled."""
     from fleetval.store import xid_inbox
-    from fleetval.suites import xid
+    from fleetval.xid import steps as xid
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -102,7 +102,7 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
 def plan_r3(claim: dict[str, Any], cordoned: list[str]) -> list[dict[str, Any]]:
     """One DCGM r3 probe per cordoned node (the arguments of each mapped `dcgm_r3` task); a node
     whose GPU the device plugin withdrew is quarantined on that evidence instead."""
-    from fleetval.suites import xid
+    from fleetval.xid import steps as xid
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -149,7 +149,7 @@ class R3ProbeOperator(ProbePodOperator):
 
     def _judge(self, context: Any) -> None:
         from fleetval.store.engine import outage_as_error
-        from fleetval.suites import xid
+        from fleetval.xid import steps as xid
         from fleetval_airflow import config
 
         with outage_as_error():
@@ -170,8 +170,8 @@ class R3ProbeOperator(ProbePodOperator):
 def close_run(claim: dict[str, Any], r3: list[dict[str, Any]] | None) -> None:
     """A node whose r3 task gave up (its job never ended, or the harness kept failing) gets an
     `error` verdict and stays cordoned for a human."""
-    from fleetval.k8s.specs import ProbeSpec
-    from fleetval.suites import xid
+    from fleetval.probes.pod import ProbeSpec
+    from fleetval.xid import steps as xid
     from fleetval_airflow import config
 
     ctx = get_current_context()

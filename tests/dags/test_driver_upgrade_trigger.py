@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fleetval.suites import nccl_plan
+from fleetval.nccl import plan as nccl_plan
 from fleetval_airflow.triggers.driver_upgrade import CLASSPATH, DriverUpgradeDoneTrigger
 from tests.nccl_lab import NETLAB
 from tests.simkube import SimKube

@@ -100,9 +100,10 @@ def test_weekly_sweep_params_reject_bad_input(dagbag: Any) -> None:
 
 def test_domain_package_never_imports_airflow() -> None:
     code = (
-        "import sys, fleetval.cli, fleetval.suites.weekly, fleetval.sim.kube.server,"
+        "import sys, fleetval.cli, fleetval.dcgm.weekly, fleetval.sim.kube.server,"
         " fleetval.store.repository,"
-        " fleetval.judges.dcgm, fleetval.k8s.specs; print('airflow' in sys.modules)"
+        " fleetval.dcgm.judge, fleetval.probes.pod, fleetval.xid.steps, fleetval.nccl.backfill;"
+        " print('airflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"

@@ -8,7 +8,8 @@ import kubernetes_validate
 import pytest
 from kubernetes.client import ApiClient
 
-from fleetval.k8s.specs import DCGM_IMAGE, ProbeSpec, dcgm_diag_probe
+from fleetval.dcgm.probe import DCGM_IMAGE, dcgm_diag_probe
+from fleetval.probes.pod import ProbeSpec
 
 
 def render_pod(spec: ProbeSpec) -> object:

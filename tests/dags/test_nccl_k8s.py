@@ -12,8 +12,9 @@ import kubernetes_validate
 import pytest
 from kubernetes.client import ApiClient
 
-from fleetval.k8s import mpijob
-from fleetval.k8s.specs import NCCL_TESTS_IMAGE, ProbeSpec, nccl_probe, nccl_subject, probe_label
+from fleetval.nccl import mpijob
+from fleetval.nccl.probe import NCCL_TESTS_IMAGE, nccl_probe, nccl_subject
+from fleetval.probes.pod import ProbeSpec, probe_label
 
 PAIR = ["r01-n01", "r02-n01"]
 
@@ -184,3 +185,49 @@ def test_rollout_halt_pauses_the_driver_upgrade_controller(dry_run: bool) -> Non
     assert patch["name"] == "cluster-policy" and patch["plural"] == "clusterpolicies"
     assert patch["body"] == {"spec": {"driver": {"upgradePolicy": {"autoUpgrade": False}}}}
     assert patch.get("dry_run") == ("All" if dry_run else None)
+
+
+def test_mpijob_workers_request_the_sites_rdma_device_with_their_gpus() -> None:
+    from fleetval.settings import Settings
+
+    devices = Settings.from_env({"FLEETVAL_RDMA_RESOURCE": "rdma/ib=1, nvidia.com/hostdev=8"}).rdma_resources
+    assert devices == (("rdma/ib", "1"), ("nvidia.com/hostdev", "8"))
+    job = mpijob.mpijob_manifest(pair_spec(["r01-n01", "r02-n01"]), worker_devices=devices)
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    [wc] = replicas["Worker"]["template"]["spec"]["containers"]
+    # an extended resource's request must equal its limit
+    for resources in (wc["resources"]["limits"], wc["resources"]["requests"]):
+        assert (resources["rdma/ib"], resources["nvidia.com/hostdev"], resources["nvidia.com/gpu"]) == (
+            "1",
+            "8",
+            "8",
+        )
+    [lc] = replicas["Launcher"]["template"]["spec"]["containers"]
+    assert "rdma/ib" not in str(lc["resources"])  # the launcher only runs mpirun
+    kubernetes_validate.validate(_as_pod(replicas["Worker"]["template"], "x-worker"), "1.30", strict=True)
+    assert Settings.from_env({}).rdma_resources == ()
+
+
+@pytest.mark.parametrize(
+    "text", ["rdma/ib", "rdma/ib=0", "rdma/ib=-1", "rdma/ib=x", "ib=1", "rdma/ib=\u0663"]
+)
+def test_a_malformed_rdma_setting_is_refused_naming_the_entry(text: str) -> None:
+    from fleetval.settings import Settings
+
+    with pytest.raises(ValueError, match="FLEETVAL_RDMA_RESOURCE"):
+        Settings.from_env({"FLEETVAL_RDMA_RESOURCE": text})
+
+
+def test_what_the_rollout_had_not_finished_is_read_before_the_halt() -> None:
+    from fleetval.nccl.gate import upgrade_in_flight
+    from fleetval.nodes import NodeInfo
+
+    state = "nvidia.com/gpu-driver-upgrade-state"
+    nodes = [
+        NodeInfo("n1", "r1", "p", 8, labels={state: "upgrade-done"}),
+        NodeInfo("n2", "r1", "p", 8, labels={state: "cordon-required"}),
+        NodeInfo("n3", "r2", "p", 8, labels={state: "upgrade-required"}),
+        NodeInfo("n4", "r2", "p", 8, labels={state: "upgrade-required"}),
+        NodeInfo("n5", "r2", "p", 8),  # not managed by the operator
+    ]
+    assert upgrade_in_flight(nodes) == {"cordon-required": ["n2"], "upgrade-required": ["n3", "n4"]}

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from fleetval.sim.airflow_run import LocalAirflow
 from tests.paths import DAGS
+from tests.rbac import check_server
 from tests.simkube import SimKube
 
 
@@ -64,9 +65,9 @@ def _drop(admin_url: str, url: str) -> None:
 def e2e(local_airflow: tuple[LocalAirflow, str], pg_server_url: str) -> Iterator[Any]:
     """`start(fleet_path, time_scale=0.0) -> E2E`: a fresh store and a simulated cluster behind the
     session's Airflow."""
+    from fleetval.fleet.spec import load_fleet_spec
     from fleetval.sim.kube.cluster import SimKubeCluster
     from fleetval.sim.kube.server import KubeApiServer
-    from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
@@ -90,3 +91,5 @@ def e2e(local_airflow: tuple[LocalAirflow, str], pg_server_url: str) -> Iterator
     for server in servers:
         server.stop()
     engine.dispose()
+    for server in servers:
+        check_server(server.calls)  # the product called only what deploy/rbac.yaml grants

@@ -19,11 +19,13 @@ import time
 from typing import Any
 
 from fleetval.cli import _nccl_reference_baselines
-from fleetval.k8s import mpijob
-from fleetval.sim.spec import load_fleet_spec
+from fleetval.fleet.spec import load_fleet_spec
+from fleetval.nccl import gate as nccl_gate
+from fleetval.nccl import judge_stored as nccl_judge
+from fleetval.nccl import mpijob
+from fleetval.nccl import plan as nccl_plan
 from fleetval.store.models import Run
 from fleetval.store.repository import Store
-from fleetval.suites import nccl_gate, nccl_judge, nccl_plan
 from tests.nccl_lab import NETLAB
 
 FLEET = load_fleet_spec(NETLAB.read_text())

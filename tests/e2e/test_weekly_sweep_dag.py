@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetval.sim.gpus import gpu_uuid
-from fleetval.sim.spec import load_fleet_spec
+from fleetval.fleet.gpus import gpu_uuid
+from fleetval.fleet.spec import load_fleet_spec
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
 from tests.paths import DEMO_FLEET
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from fleetval.sim.spec import load_fleet_spec
-from fleetval.sim.xid_source import inject, inject_spec_faults
+from fleetval.fleet.spec import load_fleet_spec
+from fleetval.xid.simulated_source import inject, inject_spec_faults
 from tests.paths import DEMO_FLEET
 
 PARAMS = {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "breaker_window_s": 300}

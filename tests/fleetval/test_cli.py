@@ -89,7 +89,7 @@ def test_judge_xid_cordons_on_fell_off_bus(capsys: pytest.CaptureFixture[str]) -
 def test_db_upgrade(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/f.db"
     code, data, _ = run(capsys, "db", "upgrade", "--db", db)
-    assert (code, data["revision"]) == (0, "0004")
+    assert (code, data["revision"]) == (0, "0005")
     # `sim run --suite weekly` runs the DAGs on a local Airflow: tests/e2e/test_cli_sim_run.py.
 
 
@@ -163,7 +163,7 @@ def test_sim_run_bad_spec_is_one_error_line(capsys: pytest.CaptureFixture[str], 
     spec.write_text(DEMO.read_text().replace("dcgm.memory", "dcgm.melted"))
     code, _, err = run(capsys, "sim", "run", str(spec), "--db", f"sqlite:///{tmp_path}/f.db")
     assert code == 1
-    assert err.startswith("error: fault #1: unknown fault kind 'dcgm.melted'")
+    assert err.startswith("error: fleet spec: faults[0].kind: unknown fault kind 'dcgm.melted'")
 
 
 def test_criteria_catalog_lists_every_mission_id(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.k8s import mpijob
-from fleetval.k8s.specs import ProbeSpec, nccl_probe
-from fleetval.suites import nccl_judge, nccl_plan
+from fleetval.nccl import judge_stored as nccl_judge
+from fleetval.nccl import mpijob
+from fleetval.nccl import plan as nccl_plan
+from fleetval.nccl.probe import nccl_probe
+from fleetval.probes.pod import ProbeSpec
 from fleetval_airflow.mpijobs import NOT_ADMITTED, OVERDUE, JobRef, MPIJobRunner, backoff, outcome, poll
 from tests.nccl_lab import NETLAB, Lab
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from fleetval.k8s.specs import NCCL_TESTS_IMAGE, ProbeSpec, dcgm_diag_probe, nccl_probe
-from fleetval.parsers.dcgm import parse_dcgm
-from fleetval.parsers.nvidia_smi import split_gpu_list
+from fleetval.dcgm.parser import parse_dcgm
+from fleetval.dcgm.probe import dcgm_diag_probe
+from fleetval.nccl.probe import NCCL_TESTS_IMAGE, nccl_probe
+from fleetval.nvidia_smi.parser import split_gpu_list
+from fleetval.probes.pod import ProbeSpec
 from tests.paths import DEMO_FLEET
 
 NS = "fleetval"

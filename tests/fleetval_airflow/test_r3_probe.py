@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fleetval.k8s.specs import dcgm_diag_probe
+from fleetval.dcgm.probe import dcgm_diag_probe
 from tests.fleetval_airflow.test_probe_pod import context
 from tests.paths import DEMO_FLEET
 

@@ -1,7 +1,7 @@
 """The node health policy under test (criteria D-DEV-01/02/03), as a decision table.
 
 Rows are keyed by (gate, DCGM outcome); the first matching row decides the result and the
-action. Outcomes are derived from a parsed report by `fleetval.judges.dcgm.classify`:
+action. Outcomes are derived from a parsed report by `fleetval.dcgm.judge.classify`:
 
 - `pass` / `warn` / `fail`: the diagnostic ran at the gate's level and found that;
 - `internal_error`: a test failed *because the diagnostic itself broke* (DCGM reports an
@@ -9,8 +9,14 @@ action. Outcomes are derived from a parsed report by `fleetval.judges.dcgm.class
   it never passes and never quarantines: the node is held (not admitted / left cordoned) and r2
   is re-run. A second internal error in a row is for a human (the action says so).
 - `level_too_low`: the report is from a lower run level than the gate requires.
-- `no_evidence`: every test skipped, the output could not be parsed (truncated, garbage), or
-  the report left out GPUs the node has (a withdrawn GPU is never passed).
+- `no_evidence`: every test skipped, the output could not be parsed (truncated, garbage, a row
+  the parser cannot read), a text table cut short with no failure in sight, or the report does
+  not cover what was asked (`fleetval.dcgm.coverage`): a test the level runs absent or skipped
+  without a documented reason (`fleetval.dcgm.levels`), a GPU of the node without a result in a
+  test, a GPU the node does not have (a withdrawn GPU is never passed).
+
+A failure stands even when the rest of the report is damaged: a defect found is a defect. Only a
+pass or a warn needs the whole run.
 """
 
 from __future__ import annotations

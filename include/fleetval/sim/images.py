@@ -68,7 +68,7 @@ Not faithful (deliberately simple): one process per node under mpirun (slotsPerW
 worker /dev/shm is assumed large enough (the launcher cannot see it); hostnames in nccl-tests
 output are node names, not worker pod names; the CUDA entrypoint's banner is not printed; a
 container without GPUs gets no driver tools (the image's `NVIDIA_VISIBLE_DEVICES=all` leak is
-not modelled); nccl-tests output comes from `fleetval.sim.nccl_output`, whose header and pids are
+not modelled); nccl-tests output comes from `fleetval.nccl.simulated`, whose header and pids are
 those of an MPI-per-GPU run.
 """
 
@@ -86,14 +86,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fleetval.dcgm.probe import DCGM_IMAGE
+from fleetval.dcgm.simulated import DCGM_VERSIONS, DcgmFault, render_dcgm
 from fleetval.errors import ParseError, SpecError
-from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE
-from fleetval.parsers.nccl import normalize_collective, parse_nccl
-from fleetval.sim.dcgm_output import DCGM_VERSIONS, DcgmFault, render_dcgm
-from fleetval.sim.gpus import gpu_uuid
-from fleetval.sim.nccl_output import mpirun_abort_lines
-from fleetval.sim.nccl_probe import nccl_run
-from fleetval.sim.spec import FleetSpec
+from fleetval.fleet.gpus import gpu_uuid
+from fleetval.fleet.spec import FleetSpec
+from fleetval.nccl.parser import normalize_collective, parse_nccl
+from fleetval.nccl.probe import NCCL_TESTS_IMAGE
+from fleetval.nccl.simulated import mpirun_abort_lines
+from fleetval.nccl.simulated_run import nccl_run
 
 NEVER: Final = math.inf  # duration_s of a process that does not exit by itself
 DEFAULT_SHM_BYTES: Final = 64 << 20  # the container runtime's /dev/shm when the pod mounts none
@@ -362,7 +363,7 @@ def _seed(*parts: object) -> int:
 
 
 def _xid_class(code: int) -> str:
-    from fleetval.policy.xid_table import XID_TABLE
+    from fleetval.xid.table import XID_TABLE
 
     rule = XID_TABLE.rules.get(code)
     return rule.xid_class.value if rule is not None else "unknown"

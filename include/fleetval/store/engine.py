@@ -5,14 +5,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar
+from pathlib import Path
+from typing import Any, Final, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy import exc as sa_exc
 
 from fleetval.errors import FleetvalError
 
 DEFAULT_URL = "sqlite:///fleetval.db"
+BACKENDS: Final = ("postgresql", "sqlite")
+URL_EXAMPLE: Final = "postgresql+psycopg2://user@host/db or sqlite:///path/fleetval.db"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -21,6 +24,11 @@ R = TypeVar("R")
 class StoreUnavailable(FleetvalError):
     """The verdict store could not be reached (PostgreSQL restarting, network down). Nothing is
     half-written that a retry would duplicate: every write is idempotent per run."""
+
+
+class StoreUrlError(FleetvalError):
+    """A database URL that names no store fleetval can open: empty, malformed, another database
+    kind, a driver that is not installed, an SQLite file in a folder that does not exist."""
 
 
 def _is_outage(exc: BaseException) -> bool:
@@ -55,13 +63,53 @@ def outage_is_one_line(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
-    """An engine for `url`; SQLite gets WAL and enforced foreign keys, since tasks in separate
-    processes share one file."""
-    url = url or DEFAULT_URL
+def store_url(url: str) -> URL:
+    """`url` checked before anything connects (StoreUrlError says what is wrong with it). An
+    empty URL is refused, never taken to mean a local default."""
+    if not url.strip():
+        raise StoreUrlError(f"the database URL is empty: give one, e.g. {URL_EXAMPLE}")
     if url.startswith("postgres://"):  # the scheme Heroku-style URLs and some Connections use
         url = "postgresql://" + url.removeprefix("postgres://")
-    if url.startswith("sqlite"):
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError):
+        # Not echoed: a URL may hold a password.
+        raise StoreUrlError(f"not a database URL: expected e.g. {URL_EXAMPLE}") from None
+    backend = parsed.get_backend_name()
+    if backend not in BACKENDS:
+        raise StoreUrlError(f"fleetval stores its data in PostgreSQL or SQLite, not {backend!r}")
+    try:
+        parsed.get_dialect()
+    except sa_exc.NoSuchModuleError:
+        raise StoreUrlError(f"unknown database driver {parsed.drivername!r}") from None
+    if backend == "sqlite":
+        _check_sqlite_path(parsed)
+    return parsed
+
+
+def _check_sqlite_path(url: URL) -> None:
+    database = url.database or ""
+    if database in ("", ":memory:") or url.query.get("uri"):
+        return
+    path = Path(database)
+    if path.is_dir():
+        raise StoreUrlError(f"the SQLite store {database} is a folder, not a file")
+    if not path.parent.is_dir():
+        raise StoreUrlError(f"the SQLite store {database}: its folder {path.parent} does not exist")
+
+
+def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+    """An engine for `url` (None: DEFAULT_URL; an empty string is refused, see `store_url`);
+    SQLite gets WAL and enforced foreign keys, since tasks in separate processes share one file."""
+    parsed = store_url(DEFAULT_URL if url is None else url)
+    try:
+        return _create(parsed, **kwargs)
+    except ImportError as exc:
+        raise StoreUrlError(f"the driver for {parsed.drivername!r} is not installed ({exc.name})") from None
+
+
+def _create(url: URL, **kwargs: Any) -> Engine:
+    if url.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {"timeout": 60})
         engine = create_engine(url, **kwargs)
 

@@ -3,12 +3,20 @@ baselines, node events, and the simulator's cluster state.
 
 Every table a task writes has a natural unique key so that a retried task or a re-run DAG
 upserts instead of duplicating.
+
+Evidence is stored losslessly. PostgreSQL's TEXT refuses NUL, its JSONB refuses `\u0000`, lone
+surrogates and NaN, and psycopg2 refuses to send lone surrogates (what `surrogateescape` decoding
+makes of bytes that are not UTF-8): one such character in one node's output must not fail a
+wave. So a probe's raw output is its exact bytes (`raw`, bytea), and text and JSON that hold
+evidence (`LosslessText`, `LosslessJson`) keep such strings and numbers in an escaped form that
+reads back as the value written.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import math
+from typing import Any, Final
 
 from sqlalchemy import (
     JSON,
@@ -19,16 +27,129 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
 
-# JSONB on PostgreSQL (indexable, compact), JSON text elsewhere.
-JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+# --- the escaped form ----------------------------------------------------------------------------
+# U+FFFE is a Unicode noncharacter: no tool prints it, so a string that starts with it is ours.
+# After it, "s" + the string's `unicode_escape` form (ASCII, round-trips any str), or "f" + the
+# repr of a float JSON cannot hold (nan, inf, -inf). Real strings that start with the mark are
+# escaped too, so reading back is never ambiguous.
+ESCAPE_MARK: Final = "\ufffe"
+ESCAPED_TEXT: Final = ESCAPE_MARK + "s"
+ESCAPED_FLOAT: Final = ESCAPE_MARK + "f"
+
+
+def _storable_text(text: str) -> bool:
+    if "\x00" in text or text.startswith(ESCAPE_MARK):
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
+def escape_text(text: str) -> str:
+    """`text` as PostgreSQL can store it: unchanged unless it holds NUL or a lone surrogate."""
+    if _storable_text(text):
+        return text
+    return ESCAPED_TEXT + text.encode("unicode_escape").decode("ascii")
+
+
+def unescape_text(text: str) -> str:
+    if text.startswith(ESCAPED_TEXT):
+        return text[len(ESCAPED_TEXT) :].encode("ascii").decode("unicode_escape")
+    return text
+
+
+def escape_json(value: Any) -> Any:
+    """A JSON document as JSONB can store it (strings as `escape_text`, non-finite floats marked)."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return ESCAPED_FLOAT + repr(value)
+    if isinstance(value, dict):
+        return {escape_text(k) if isinstance(k, str) else k: escape_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [escape_json(v) for v in value]
+    return value
+
+
+def unescape_json(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.startswith(ESCAPED_FLOAT):
+            return float(value[len(ESCAPED_FLOAT) :])
+        return unescape_text(value)
+    if isinstance(value, dict):
+        return {unescape_text(k) if isinstance(k, str) else k: unescape_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unescape_json(v) for v in value]
+    return value
+
+
+class LosslessText(TypeDecorator[str]):
+    """TEXT that reads back exactly the str written, NUL and lone surrogates included."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else escape_text(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else unescape_text(value)
+
+
+class LosslessJson(TypeDecorator[Any]):
+    """JSONB on PostgreSQL (indexable, compact), JSON text elsewhere; reads back exactly the
+    document written, strings PostgreSQL refuses and NaN included."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return escape_json(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return unescape_json(value)
+
+
+# --- raw output: the exact bytes -------------------------------------------------------------
+# A str read with `surrogateescape` is its bytes again under the same handler. A str that was
+# never bytes may hold other lone surrogates: those are kept with `surrogatepass`, and the row
+# says which handler reads it back.
+RAW_BYTES: Final = "utf-8/surrogateescape"
+RAW_SURROGATES: Final = "utf-8/surrogatepass"
+
+
+def encode_raw(text: str) -> tuple[bytes, str]:
+    """(bytes, codec) to store `text` as; `decode_raw` returns `text` from them."""
+    try:
+        return text.encode("utf-8", "surrogateescape"), RAW_BYTES
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass"), RAW_SURROGATES
+
+
+def decode_raw(data: bytes, codec: str) -> str:
+    return data.decode("utf-8", "surrogatepass" if codec == RAW_SURROGATES else "surrogateescape")
+
+
+JsonDoc = LosslessJson()
 # Integer ids autoincrement on SQLite only when declared INTEGER; BIGINT on PostgreSQL.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -63,7 +184,8 @@ class Run(Base):
 
 
 class Probe(Base):
-    """One probe execution; `raw` is the tool's output byte for byte, stored before parsing."""
+    """One probe execution; `raw` is the tool's output byte for byte, stored before parsing
+    (`encode_raw`; `raw_sha256` is the hash of those bytes)."""
 
     __tablename__ = "probes"
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -73,7 +195,8 @@ class Probe(Base):
     tool_version: Mapped[str | None] = mapped_column(String(64))
     nodes: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
     spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
-    raw: Mapped[str] = mapped_column(Text)
+    raw: Mapped[bytes] = mapped_column(LargeBinary)
+    raw_codec: Mapped[str] = mapped_column(String(32), default=RAW_BYTES, server_default=RAW_BYTES)
     raw_sha256: Mapped[str] = mapped_column(String(64))
     exit_code: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
@@ -113,7 +236,7 @@ class VerdictRow(Base):
     result: Mapped[str] = mapped_column(String(16))
     action: Mapped[str] = mapped_column(String(64))
     rule_id: Mapped[str] = mapped_column(String(96))
-    reason: Mapped[str] = mapped_column(Text, default="")
+    reason: Mapped[str] = mapped_column(LosslessText, default="")
     evidence: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
     judged_against: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
     policy_version: Mapped[str | None] = mapped_column(String(64))
@@ -151,7 +274,7 @@ class NodeEvent(Base):
     event_key: Mapped[str] = mapped_column(String(250), unique=True)
     node: Mapped[str] = mapped_column(String(253), index=True)
     kind: Mapped[str] = mapped_column(String(32))
-    reason: Mapped[str] = mapped_column(Text, default="")
+    reason: Mapped[str] = mapped_column(LosslessText, default="")
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
     at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
@@ -198,7 +321,7 @@ class XidInbox(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     source_key: Mapped[str] = mapped_column(String(250), unique=True)
     node: Mapped[str] = mapped_column(String(253), index=True)
-    line: Mapped[str] = mapped_column(Text)
+    line: Mapped[str] = mapped_column(LosslessText)
     source: Mapped[str] = mapped_column(String(32))
     received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     dispatch_id: Mapped[str | None] = mapped_column(String(64), index=True)

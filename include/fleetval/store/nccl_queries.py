@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from sqlalchemy import select
 
-from fleetval.store.models import Baseline, Measurement, Probe, Run, VerdictRow
+from fleetval.store.models import Baseline, Measurement, Probe, Run, VerdictRow, decode_raw
 from fleetval.store.repository import Store
 
 METRIC: Final = "nccl.busbw"
@@ -138,7 +138,7 @@ def nccl_probe_index(
 
 
 def probes_by_ids(store: Store, probe_ids: Iterable[int]) -> list[dict[str, Any]]:
-    """Full probe rows (raw output included), in id order."""
+    """Full probe rows, in id order; `raw` is the str that was ingested, as `Store.probes` gives it."""
     ids = sorted(set(probe_ids))
     out: list[dict[str, Any]] = []
     with store.engine.connect() as conn:
@@ -146,6 +146,8 @@ def probes_by_ids(store: Store, probe_ids: Iterable[int]) -> list[dict[str, Any]
             chunk = ids[start : start + 1000]
             rows = conn.execute(select(*Probe.__table__.c).where(Probe.id.in_(chunk)).order_by(Probe.id))
             out.extend(dict(r._mapping) for r in rows)
+    for row in out:
+        row["raw"] = decode_raw(row["raw"], row.pop("raw_codec"))
     return out
 
 

@@ -6,21 +6,31 @@
 
 Bulk paths use PostgreSQL COPY (through a staging table where a conflict rule is needed), so a
 16k-node sweep ingests at close to raw COPY speed; SQLite uses executemany.
+
+Raw output, evidence text and JSON are stored losslessly (fleetval.store.models). What still
+cannot be stored (a GPU id from garbage output longer than its column, NUL in a subject, an exit
+code out of range) fails alone: the batch is split until the bad probe is found, the others are
+stored, and the bad one is kept with its raw output and a `store_error` in its spec, so it counts
+as not swept rather than vanishing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, TypeDecorator, delete, func, insert, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
+from fleetval.errors import FleetvalError
 from fleetval.records import Verdict
 from fleetval.store.models import (
     Baseline,
@@ -30,8 +40,13 @@ from fleetval.store.models import (
     Run,
     SimFleet,
     VerdictRow,
+    decode_raw,
+    encode_raw,
     utcnow,
 )
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +76,62 @@ class ProbeIn:
     verdicts: tuple[Verdict, ...] = ()
 
 
+@dataclass(slots=True)
+class IngestReport:
+    """What `Store.ingest` stored. `unjudged`: probe key → why only its raw output could be stored
+    (its measurements and verdicts could not); `rejected`: probe key → why nothing of it could."""
+
+    probes: int = 0
+    measurements: int = 0
+    verdicts: int = 0
+    unjudged: dict[str, str] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+
+
+class RowsNotStored(FleetvalError):
+    """Rows the store refused (a value no column can hold); the other rows were stored."""
+
+
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    """The hash of `text` as stored: of its bytes (`encode_raw`)."""
+    return hashlib.sha256(encode_raw(text)[0]).hexdigest()
+
+
+def _unstorable(exc: BaseException) -> bool:
+    """A value the database or its driver refuses, as opposed to an outage or a bug."""
+    if isinstance(exc, sa_exc.DataError):  # too long, out of range, NUL or bad bytes in COPY
+        return True
+    if isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError) and exc.orig:
+        exc = exc.orig  # a bind parameter that could not be converted
+    if isinstance(exc, UnicodeError | OverflowError):  # lone surrogates; an int SQLite cannot hold
+        return True
+    return isinstance(exc, ValueError) and "NUL" in str(exc)  # psycopg2 refuses NUL in strings
+
+
+def _why(exc: BaseException) -> str:
+    orig = exc.orig if isinstance(exc, sa_exc.StatementError) and exc.orig is not None else exc
+    lines = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+def _isolating(
+    items: Sequence[T], write: Callable[[Sequence[T]], None], failed: Callable[[T, str], None]
+) -> None:
+    """`write(items)`; when the store refuses a value, halve until each refused item is alone and
+    hand it to `failed`: one transaction when all is well, a few more per bad item."""
+    if not items:
+        return
+    try:
+        write(items)
+    except Exception as exc:
+        if not _unstorable(exc):
+            raise
+        if len(items) == 1:
+            failed(items[0], _why(exc))
+            return
+        middle = len(items) // 2
+        _isolating(items[:middle], write, failed)
+        _isolating(items[middle:], write, failed)
 
 
 def _dialect_insert(conn: Connection, table: Table) -> Any:
@@ -85,19 +154,50 @@ def _copy_escape(value: Any) -> str:
 
 
 def copy_rows(
-    conn: Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+    conn: Connection,
+    table_name: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    types_of: Table | None = None,
 ) -> None:
-    """PostgreSQL COPY FROM STDIN (text format) through the psycopg2 cursor."""
-    buf = io.StringIO()
+    """PostgreSQL COPY FROM STDIN (text format) through the psycopg2 cursor.
+
+    `types_of`: the table whose column types convert the values first (COPY bypasses them), so
+    lossless columns get their escaped form. The driver's errors come back as SQLAlchemy's (a
+    lost connection is an OperationalError, a refused value a DataError), as for any statement."""
+    converters = [_bind_converter(conn, types_of, c) for c in columns]
+    text = io.StringIO()
     for row in rows:
-        buf.write("\t".join(_copy_escape(v) for v in row))
-        buf.write("\n")
-    buf.seek(0)
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        text.write("\t".join(_copy_escape(convert(v)) for convert, v in zip(converters, row, strict=True)))
+        text.write("\n")
+    # Encoded here: a lone surrogate is a UnicodeEncodeError (a refused value), not psycopg2's
+    # cancelled COPY, which reads like a lost connection.
+    buf = io.BytesIO(text.getvalue().encode("utf-8"))
+    statement = f"COPY {table_name} ({', '.join(columns)}) FROM STDIN"
+    dbapi_conn = conn.connection.dbapi_connection
+    assert dbapi_conn is not None
+    cursor = dbapi_conn.cursor()
     try:
-        cursor.copy_expert(f"COPY {table_name} ({', '.join(columns)}) FROM STDIN", buf)
+        cursor.copy_expert(statement, buf)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise sa_exc.DBAPIError.instance(
+            statement,
+            None,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            connection_invalidated=conn.dialect.is_disconnect(exc, dbapi_conn, cursor),
+            dialect=conn.dialect,
+        ) from exc
     finally:
         cursor.close()
+
+
+def _bind_converter(conn: Connection, table: Table | None, column: str) -> Callable[[Any], Any]:
+    kind = table.c[column].type if table is not None else None
+    if isinstance(kind, TypeDecorator):
+        return lambda value: kind.process_bind_param(value, conn.dialect)
+    return lambda value: value
 
 
 def _can_copy(conn: Connection) -> bool:
@@ -214,28 +314,54 @@ class Store:
             conn.execute(update(Run).where(Run.id == run_id).values(finished_at=utcnow()))
 
     # --- probes, measurements, verdicts -----------------------------------------------------
-    def ingest(self, run_id: int, probes: Sequence[ProbeIn]) -> dict[str, int]:
+    def ingest(self, run_id: int, probes: Sequence[ProbeIn]) -> IngestReport:
         """Store probes (raw first), their measurements and verdicts in one transaction.
 
         Re-ingesting the same probe keys replaces the raw output, measurements and verdicts of
-        those probes; nothing is duplicated.
+        those probes; nothing is duplicated. A probe the store refuses fails alone (module doc):
+        the report names it, and the log says why.
         """
-        with self.engine.begin() as conn:
-            probe_ids = self._upsert_probes(conn, run_id, probes)
-            self._replace_measurements(conn, probes, probe_ids)
-            rows = [
-                verdict_row(
-                    run_id, v, probe_id=probe_ids[p.probe_key], node=_single(p.nodes), judged_at=utcnow()
-                )
-                for p in probes
-                for v in p.verdicts
-            ]
-            self._upsert_verdicts(conn, rows)
-        return {
-            "probes": len(probes),
-            "measurements": sum(len(p.measurements) for p in probes),
-            "verdicts": len(rows),
-        }
+        report = IngestReport()
+
+        def write(batch: Sequence[ProbeIn]) -> None:
+            with self.engine.begin() as conn:
+                stored = self._write_probes(conn, run_id, batch)
+            report.probes += len(batch)
+            report.measurements += sum(len(p.measurements) for p in batch)
+            report.verdicts += stored
+
+        def raw_only(probe: ProbeIn, why: str) -> None:
+            kept = dataclasses.replace(
+                probe, measurements=(), verdicts=(), spec={**probe.spec, "store_error": why}
+            )
+            try:
+                with self.engine.begin() as conn:
+                    self._write_probes(conn, run_id, [kept])
+            except Exception as exc:
+                if not _unstorable(exc):
+                    raise
+                report.rejected[probe.probe_key] = _why(exc)
+                log.error("probe %r of run %s not stored: %s", probe.probe_key, run_id, _why(exc))
+                return
+            report.probes += 1
+            report.unjudged[probe.probe_key] = why
+            log.error(
+                "probe %r of run %s: raw output stored, results refused: %s", probe.probe_key, run_id, why
+            )
+
+        _isolating(probes, write, raw_only)
+        return report
+
+    def _write_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> int:
+        probe_ids = self._upsert_probes(conn, run_id, probes)
+        self._replace_measurements(conn, probes, probe_ids)
+        rows = [
+            verdict_row(run_id, v, probe_id=probe_ids[p.probe_key], node=_single(p.nodes), judged_at=utcnow())
+            for p in probes
+            for v in p.verdicts
+        ]
+        self._upsert_verdicts(conn, rows)
+        return len(rows)
 
     def attach_results(
         self,
@@ -245,44 +371,76 @@ class Store:
         """Add measurements and verdicts to probes already stored (raw first, judged after).
 
         `results` holds (probe_key, measurements, verdicts, node); re-attaching replaces them.
+        Results the store refuses fail alone: their probe keeps a `store_error` (so its node
+        counts as not swept) and the log says why. Returns the number of verdicts stored.
         """
-        with self.engine.begin() as conn:
-            keys = [r[0] for r in results]
+        keys = [r[0] for r in results]
+        with self.engine.connect() as conn:
             ids = _probe_ids(conn, run_id, keys)
-            missing = set(keys) - ids.keys()
-            if missing:
-                raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
-            probes = [ProbeIn(key, "", "", (), measurements=tuple(m)) for key, m, _, _ in results]
-            self._replace_measurements(conn, probes, ids)
-            now = utcnow()
-            rows = [
-                verdict_row(run_id, v, probe_id=ids[key], node=node, judged_at=now)
-                for key, _, verdicts, node in results
-                for v in verdicts
-            ]
-            self._upsert_verdicts(conn, rows)
-            return len(rows)
+        missing = set(keys) - ids.keys()
+        if missing:
+            raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
+        stored = 0
+
+        def write(
+            batch: Sequence[tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]],
+        ) -> None:
+            nonlocal stored
+            with self.engine.begin() as conn:
+                probes = [ProbeIn(key, "", "", (), measurements=tuple(m)) for key, m, _, _ in batch]
+                self._replace_measurements(conn, probes, ids)
+                now = utcnow()
+                rows = [
+                    verdict_row(run_id, v, probe_id=ids[key], node=node, judged_at=now)
+                    for key, _, verdicts, node in batch
+                    for v in verdicts
+                ]
+                self._upsert_verdicts(conn, rows)
+            stored += len(rows)
+
+        def refused(
+            result: tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None], why: str
+        ) -> None:
+            key = result[0]
+            with self.engine.begin() as conn:
+                conn.execute(delete(Measurement).where(Measurement.probe_id == ids[key]))
+                spec = conn.execute(select(Probe.spec).where(Probe.id == ids[key])).scalar_one()
+                conn.execute(
+                    update(Probe).where(Probe.id == ids[key]).values(spec={**spec, "store_error": why})
+                )
+            log.error("probe %r of run %s: results refused by the store: %s", key, run_id, why)
+
+        _isolating(results, write, refused)
+        return stored
 
     def probes(
         self, run_id: int, probe_keys: Sequence[str] | None = None, *, with_raw: bool = True
     ) -> list[dict[str, Any]]:
-        columns = [c for c in Probe.__table__.c if with_raw or c.name != "raw"]
+        """Probe rows as dicts; `raw` is the str that was ingested (decoded from its bytes)."""
+        columns = [c for c in Probe.__table__.c if with_raw or c.name not in ("raw", "raw_codec")]
         query = select(*columns).where(Probe.run_id == run_id).order_by(Probe.id)
         if probe_keys is not None:
             query = query.where(Probe.probe_key.in_(list(probe_keys)))
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(query)]
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        for row in rows:
+            if with_raw:
+                row["raw"] = decode_raw(row["raw"], row.pop("raw_codec"))
+        return rows
 
     def probed_nodes(self, run_id: int, *, completed_only: bool = False) -> list[str]:
         """Nodes with a stored probe in this run (without loading raw outputs); `completed_only`
-        leaves out probes that stand for a harness failure."""
+        leaves out probes that stand for a harness failure or whose results the store refused."""
         with self.engine.connect() as conn:
             rows = conn.execute(select(Probe.nodes, Probe.spec).where(Probe.run_id == run_id))
             return sorted(
                 {
                     node
                     for nodes, spec in rows
-                    if not (completed_only and (spec or {}).get("harness_error"))
+                    if not (
+                        completed_only
+                        and ((spec or {}).get("harness_error") or (spec or {}).get("store_error"))
+                    )
                     for node in nodes
                 }
             )
@@ -295,31 +453,49 @@ class Store:
         probe_id: int | None = None,
         node: str | None = None,
     ) -> int:
+        """Upsert verdicts; returns how many. Verdicts the store refuses fail alone: the others
+        are stored, then RowsNotStored names the refused ones (a verdict is never dropped quietly)."""
         now = utcnow()
         rows = [verdict_row(run_id, v, probe_id=probe_id, node=node, judged_at=now) for v in verdicts]
-        with self.engine.begin() as conn:
-            self._upsert_verdicts(conn, rows)
+        refused: dict[str, str] = {}
+
+        def write(batch: Sequence[dict[str, Any]]) -> None:
+            with self.engine.begin() as conn:
+                self._upsert_verdicts(conn, batch)
+
+        def failed(row: dict[str, Any], why: str) -> None:
+            refused[f"{row['criterion']} {row['subject']!r}"] = why
+
+        _isolating(rows, write, failed)
+        if refused:
+            first, why = next(iter(refused.items()))
+            raise RowsNotStored(
+                f"{len(refused)} of {len(rows)} verdicts of run {run_id} not stored ({first}: {why})"
+            )
         return len(rows)
 
     def _upsert_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> dict[str, int]:
         if not probes:
             return {}
-        rows = [
-            {
-                "run_id": run_id,
-                "probe_key": p.probe_key,
-                "tool": p.tool,
-                "tool_version": p.tool_version,
-                "nodes": list(p.nodes),
-                "spec": p.spec,
-                "raw": p.raw,
-                "raw_sha256": sha256_text(p.raw),
-                "exit_code": p.exit_code,
-                "started_at": p.started_at,
-                "finished_at": p.finished_at,
-            }
-            for p in probes
-        ]
+        rows = []
+        for p in probes:
+            raw, codec = encode_raw(p.raw)
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "probe_key": p.probe_key,
+                    "tool": p.tool,
+                    "tool_version": p.tool_version,
+                    "nodes": list(p.nodes),
+                    "spec": p.spec,
+                    "raw": raw,
+                    "raw_codec": codec,
+                    "raw_sha256": hashlib.sha256(raw).hexdigest(),
+                    "exit_code": p.exit_code,
+                    "started_at": p.started_at,
+                    "finished_at": p.finished_at,
+                }
+            )
         stmt = _dialect_insert(conn, Probe.__table__)  # type: ignore[arg-type]
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "probe_key"],
@@ -331,6 +507,7 @@ class Store:
                     "nodes",
                     "spec",
                     "raw",
+                    "raw_codec",
                     "raw_sha256",
                     "exit_code",
                     "started_at",
@@ -354,7 +531,7 @@ class Store:
             for seq, m in enumerate(p.measurements)
         )
         if _can_copy(conn):
-            copy_rows(conn, "measurements", MEASUREMENT_COLUMNS, rows)
+            copy_rows(conn, "measurements", MEASUREMENT_COLUMNS, rows, types_of=Measurement.__table__)  # type: ignore[arg-type]
             return
         dict_rows = [dict(zip(MEASUREMENT_COLUMNS, r, strict=True)) for r in rows]
         for chunk_rows in _chunks(dict_rows, 5000):
@@ -370,7 +547,11 @@ class Store:
                 "(LIKE verdicts INCLUDING DEFAULTS) ON COMMIT DROP"
             )
             copy_rows(
-                conn, "verdicts_stage", VERDICT_COLUMNS, ([r[c] for c in VERDICT_COLUMNS] for r in rows)
+                conn,
+                "verdicts_stage",
+                VERDICT_COLUMNS,
+                ([r[c] for c in VERDICT_COLUMNS] for r in rows),
+                types_of=VerdictRow.__table__,  # type: ignore[arg-type]
             )
             cols = ", ".join(VERDICT_COLUMNS)
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in VERDICT_UPDATABLE)
@@ -446,7 +627,8 @@ class Store:
 
     def probe_raw(self, probe_id: int) -> str:
         with self.engine.connect() as conn:
-            return str(conn.execute(select(Probe.raw).where(Probe.id == probe_id)).scalar_one())
+            raw, codec = conn.execute(select(Probe.raw, Probe.raw_codec).where(Probe.id == probe_id)).one()
+        return decode_raw(raw, codec)
 
     # --- baselines --------------------------------------------------------------------------
     def add_baseline_candidate(

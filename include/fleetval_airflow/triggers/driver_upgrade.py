@@ -59,8 +59,8 @@ class DriverUpgradeDoneTrigger(BaseEventTrigger):
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
         from fleetval.k8s.cluster import KubeCluster
+        from fleetval.nccl.plan import pending_upgrade_nodes
         from fleetval.settings import Settings
-        from fleetval.suites.nccl_plan import pending_upgrade_nodes
 
         core = KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
         cluster = KubeCluster(core, rack_label=Settings.from_env().rack_label)

@@ -5,8 +5,17 @@ Where the lines come from (`source`):
   log shipper writing (node, kernel line) rows.
 - `manual` — no run is started by new lines: someone triggers the DAG, which claims them all.
 - `npd` — node-problem-detector on every GPU node watches /dev/kmsg with the rule in
-  `deploy/node-problem-detector-xid.json` and emits Kubernetes Events (reason `NVRMXid`) on the
-  Node; the trigger copies new Events into the inbox (idempotent on the Event uid) before it looks.
+  `deploy/node-problem-detector-xid.json` (source `fleetval-xid-monitor`, so Xid Events do not share
+  the spam budget of `kernel-monitor`'s OOM and hung-task Events) and emits Kubernetes Events
+  (reason `NVRMXid`) on the Node; the trigger copies them into the inbox before it looks.
+
+Events are not lines. client-go's recorder inside NPD folds an identical message into `count` (or
+`series.count`) of one Event, combines more than 10 similar Events in 600 s into one whose message
+starts "(combined from similar events): ", and rate-limits bursts; NPD's `lookback` replays old
+kernel lines as new Events after a restart. So one Event becomes `count` inbox rows (the first at
+its first timestamp, the repeats at the last one seen: a repeat is never dated before it could have
+happened), keyed by node, first timestamp, message and repeat index: a replay (same kernel time and
+message, a new Event) adds nothing, and a count that grows adds only the new repeats.
 
 On new lines the trigger reserves them (`dispatch_id`) and fires `{dispatch_id, lines, nodes}`;
 the DAG run it starts claims exactly those rows, so two firings never remediate the same line.
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 from collections.abc import AsyncIterator
 from functools import cache
 from typing import Any
@@ -25,6 +35,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 # fleetval and the hooks are imported where used: DAG files import this module at parse time.
 
 NPD_REASON = "NVRMXid"
+COMBINED_PREFIX = "(combined from similar events): "  # client-go's EventAggregator
 XID_SOURCES = ("inbox", "npd", "manual")  # fleetval.settings.XID_SOURCES, without importing it at parse time
 
 
@@ -35,21 +46,41 @@ def _engine(url: str) -> Any:
     return make_engine(url)
 
 
+def npd_event_lines(event: Any) -> list[tuple[str, str, str, str]]:
+    """One node-problem-detector Event → (key, node, kernel line, source) inbox rows, one per
+    occurrence it stands for (see the module doc)."""
+    if event.involved_object is None or event.involved_object.kind != "Node":
+        return []
+    node = str(event.involved_object.name)
+    message = str(event.message or "").removeprefix(COMBINED_PREFIX)
+    first = event.first_timestamp or event.event_time or event.metadata.creation_timestamp
+    series = event.series
+    last = (series.last_observed_time if series else None) or event.last_timestamp or first
+    count = max(1, int((series.count if series else None) or event.count or 1))
+    identity = hashlib.sha256(f"{node}\0{_iso(first)}\0{message}".encode()).hexdigest()[:16]
+    # NPD's message is the kernel line without its timestamp: put the time back in the syslog ISO
+    # shape the Xid parser reads, so time-to-cordon and repeat windows start there.
+    return [
+        (
+            f"npd/{node}/{identity}/{k}",
+            node,
+            f"{_iso(first if k == 0 else last)} {node} kernel: {message}".strip(),
+            "npd",
+        )
+        for k in range(count)
+    ]
+
+
+def _iso(stamp: dt.datetime | None) -> str:
+    return stamp.astimezone(dt.UTC).isoformat() if stamp else ""
+
+
 def copy_npd_events(engine: Any, core_v1: Any) -> int:
-    """Node-problem-detector Events (one per kernel line it matched) → inbox rows."""
+    """Node-problem-detector Events, in every namespace (NPD writes them to `default`) → inbox rows."""
     from fleetval.store.xid_inbox import receive_lines
 
     events = core_v1.list_event_for_all_namespaces(field_selector=f"reason={NPD_REASON}")
-    rows = []
-    for ev in events.items:
-        if ev.involved_object is None or ev.involved_object.kind != "Node":
-            continue
-        node = ev.involved_object.name
-        seen = ev.first_timestamp or ev.event_time or ev.metadata.creation_timestamp
-        stamp = seen.astimezone(dt.UTC).isoformat() if seen else ""
-        # NPD's message is the kernel line without its timestamp: put the time it was seen back
-        # in the syslog ISO shape the Xid parser reads, so time-to-cordon starts there.
-        rows.append((f"npd/{ev.metadata.uid}", node, f"{stamp} {node} kernel: {ev.message}".strip(), "npd"))
+    rows = [row for event in events.items for row in npd_event_lines(event)]
     return receive_lines(engine, rows, at=dt.datetime.now(dt.UTC))
 
 

@@ -10,8 +10,6 @@ from typing import Any, Final
 
 import pytest
 
-from fleetval.k8s.mpijob import mpijob_manifest
-from fleetval.k8s.specs import nccl_probe
 from fleetval.k8s.validation import (
     KUBERNETES_VERSION,
     ApiError,
@@ -24,6 +22,8 @@ from fleetval.k8s.validation import (
     validate_core,
     validate_custom,
 )
+from fleetval.nccl.mpijob import mpijob_manifest
+from fleetval.nccl.probe import nccl_probe
 
 SUBDOMAIN_MESSAGE = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from fleetval.k8s.mpijob import launcher_script
-from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE, dcgm_diag_probe, nccl_probe
-from fleetval.parsers.dcgm import parse_dcgm
-from fleetval.parsers.nccl import parse_nccl
-from fleetval.parsers.nvidia_smi import split_gpu_list
-from fleetval.sim.gpus import gpu_uuid
+from fleetval.dcgm.parser import parse_dcgm
+from fleetval.dcgm.probe import DCGM_IMAGE, dcgm_diag_probe
+from fleetval.fleet.gpus import gpu_uuid
+from fleetval.fleet.spec import load_fleet_spec
+from fleetval.nccl.mpijob import launcher_script
+from fleetval.nccl.parser import parse_nccl
+from fleetval.nccl.probe import NCCL_TESTS_IMAGE, nccl_probe
+from fleetval.nvidia_smi.parser import split_gpu_list
 from fleetval.sim.images import (
     DCGM_DIAG_SECONDS,
     IMAGES,
@@ -28,7 +30,6 @@ from fleetval.sim.images import (
     normalize_image,
     run_container,
 )
-from fleetval.sim.spec import load_fleet_spec
 
 ALL = tuple(range(8))
 FLEET = load_fleet_spec(

@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.k8s.mpijob import job_state, mpijob_manifest
-from fleetval.k8s.specs import DCGM_IMAGE, nccl_probe
-from fleetval.parsers.dcgm import parse_dcgm
-from fleetval.parsers.nccl import parse_nccl
+from fleetval.dcgm.parser import parse_dcgm
+from fleetval.dcgm.probe import DCGM_IMAGE
+from fleetval.nccl.mpijob import job_state, mpijob_manifest
+from fleetval.nccl.parser import parse_nccl
+from fleetval.nccl.probe import nccl_probe
 from fleetval.sim.kube import gpu_operator, kueue, mpi_operator
 from tests.paths import DEMO_FLEET, ROOT
 from tests.simkube import SimKube

@@ -14,8 +14,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from fleetval.dcgm.probe import DCGM_IMAGE
 from fleetval.k8s.cluster import KubeCluster
-from fleetval.k8s.specs import DCGM_IMAGE, NCCL_TESTS_IMAGE
+from fleetval.nccl.probe import NCCL_TESTS_IMAGE
 from tests.paths import DEMO_FLEET
 from tests.simkube import SimKube
 
@@ -187,8 +188,8 @@ def test_a_command_the_image_lacks_fails_as_it_would(kube: SimKube) -> None:
 
 
 def test_dcgm_probe_prints_the_nodes_faults(kube: SimKube) -> None:
-    from fleetval.parsers.dcgm import parse_dcgm
-    from fleetval.parsers.nvidia_smi import split_gpu_list
+    from fleetval.dcgm.parser import parse_dcgm
+    from fleetval.nvidia_smi.parser import split_gpu_list
 
     core = kube.core
     script = "nvidia-smi -L && nv-hostengine >/dev/null && exec dcgmi diag -r 2 -j"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.paths import DEMO_FLEET
+from tests.rbac import TEST_AGENT
 from tests.simkube import SimKube
 
 CASES = 400
@@ -90,6 +91,7 @@ def send(kube: SimKube, method: str, path: str, body: bytes | None, content_type
     request = urllib.request.Request(kube.server.url + path, data=body, method=method)
     request.add_header("Authorization", f"Bearer {kube.server.token}")
     request.add_header("Content-Type", content_type)
+    request.add_header("User-Agent", TEST_AGENT)  # hostile test traffic, not the product's calls
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()

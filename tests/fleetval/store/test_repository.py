@@ -42,7 +42,7 @@ def test_migrations_are_idempotent_and_create_every_table(db_url: str) -> None:
     engine = make_engine(db_url)
     upgrade(engine)
     upgrade(engine)
-    assert current(engine) == "0004"
+    assert current(engine) == "0005"
     tables = set(sa.inspect(engine).get_table_names())
     assert {
         "runs",

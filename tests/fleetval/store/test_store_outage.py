@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from fleetval.dcgm import weekly
+from fleetval.fleet.spec import load_fleet_spec
 from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
+from fleetval.probes import outputs as probe_outputs
 from fleetval.sim.images import dcgm_report
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
-from fleetval.sim.spec import load_fleet_spec
 from fleetval.store.engine import StoreUnavailable, make_engine, outage_as_error
 from fleetval.store.migrate import upgrade
 from fleetval.store.models import Measurement
 from fleetval.store.repository import Store
-from fleetval.suites import device, weekly
 from tests.paths import DEMO_FLEET
 from tests.simkube import SimKube
 
@@ -126,8 +127,8 @@ def sweep_wave(store: Store, kube: SimKube) -> None:
     specs = weekly.wave_probes(plan, 0, run_key=run_key)
     for spec in specs:
         raw = dcgm_report(FLEET, spec.node, 2)
-        output = device.probe_output(spec, raw, exit_code=0, error=None, finished_at=AS_OF.timestamp())
-        device.store_probe_outputs(store, run_id, [output])
+        output = probe_outputs.probe_output(spec, raw, exit_code=0, error=None, finished_at=AS_OF.timestamp())
+        probe_outputs.store_probe_outputs(store, run_id, [output])
     weekly.judge_wave(
         store,
         kube.cluster,

@@ -37,8 +37,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine
 
+from fleetval.fleet.spec import FleetSpec
 from fleetval.k8s import scheduling
 from fleetval.k8s.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from fleetval.k8s.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -60,8 +61,7 @@ from fleetval.sim.kube.meta import TERMINAL, rfc3339, truncate_event
 from fleetval.sim.kube.mpi_operator import JOB_ROLE_LABEL
 from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
 from fleetval.sim.kube.resources import Resource, by_kind
-from fleetval.sim.spec import FleetSpec
-from fleetval.store.models import SimObject
+from fleetval.store import sim_objects
 
 DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease", "fleetval")
 WATCH_LOG_SIZE: Final = 100_000
@@ -191,17 +191,11 @@ class SimKubeCluster:
     def reset(self) -> None:
         """Forget the state a previous server saved: the next start begins from the fleet spec."""
         if self.engine is not None:
-            with self.engine.begin() as conn:
-                conn.execute(delete(SimObject).where(SimObject.fleet == self.spec.name))
+            sim_objects.forget(self.engine, self.spec.name)
 
     def _load(self) -> bool:
         assert self.engine is not None
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(
-                    SimObject.resource, SimObject.namespace, SimObject.name, SimObject.body, SimObject.sim
-                ).where(SimObject.fleet == self.spec.name)
-            ).all()
+        rows = sim_objects.load(self.engine, self.spec.name)
         if not rows:
             return False
         for res_key, ns, name, body_text, sim_text in rows:
@@ -232,32 +226,11 @@ class SimKubeCluster:
             self._deleted.clear()
             return
         dirty = [k for k in self._dirty if k in self.objects and k[0] != "v1/events"]
-        deleted = list(self._deleted)
-        with self.engine.begin() as conn:
-            for res_key, ns, name in [*dirty, *deleted]:
-                conn.execute(
-                    delete(SimObject).where(
-                        SimObject.fleet == self.spec.name,
-                        SimObject.resource == res_key,
-                        SimObject.namespace == ns,
-                        SimObject.name == name,
-                    )
-                )
-            if dirty:
-                conn.execute(
-                    insert(SimObject),
-                    [
-                        {
-                            "fleet": self.spec.name,
-                            "resource": k[0],
-                            "namespace": k[1],
-                            "name": k[2],
-                            "body": json.dumps(self.objects[k]),
-                            "sim": json.dumps(self._sim_state(k)),
-                        }
-                        for k in dirty
-                    ],
-                )
+        changed = [
+            sim_objects.SavedObject(*k, body=json.dumps(self.objects[k]), sim=json.dumps(self._sim_state(k)))
+            for k in dirty
+        ]
+        sim_objects.save(self.engine, self.spec.name, changed, list(self._deleted))
         self._dirty.clear()
         self._deleted.clear()
 

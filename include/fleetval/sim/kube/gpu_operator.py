@@ -33,8 +33,12 @@ values.yaml`, `cmd/gpu-operator/main.go`) and NVIDIA/k8s-operator-libs (`pkg/upg
 Durations are simulated seconds × the cluster's time_scale (instant at 0), and waits and timeouts
 use the same clock; timers live in memory (a restarted server starts a pending wait anew). The
 fleet spec's `op.upgrade_no_drain` fault makes the operator skip deleting the GPU pods of its node.
-Not modelled: the NVIDIADriver CRD (`useNvidiaDriverCRD`), the upgrade-requestor mode (a
-maintenance operator), safe driver loading, the driver DaemonSet and its pods.
+- With `spec.driver.useNvidiaDriverCRD` the driver's version and upgrade policy come from the
+  NVIDIADriver objects (`nvidia.com/v1alpha1`), not the ClusterPolicy: pausing the ClusterPolicy then
+  changes nothing. Modelled: the oldest NVIDIADriver drives every node (no per-pool nodeSelector).
+
+Not modelled: NVIDIADriver node pools, the upgrade-requestor mode (a maintenance operator), safe
+driver loading, the driver DaemonSet and its pods.
 """
 
 from __future__ import annotations
@@ -44,11 +48,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from fleetval.fleet.spec import FleetSpec
 from fleetval.k8s.selectors import SelectorError, parse_label_selector
 from fleetval.sim.kube.meta import TERMINAL, controller_uid, phase
 from fleetval.sim.kube.nodes import driver_labels
 from fleetval.sim.kube.resources import by_kind
-from fleetval.sim.spec import FleetSpec
 
 if TYPE_CHECKING:
     from fleetval.sim.kube.cluster import SimKubeCluster
@@ -131,6 +135,22 @@ def _policy(cluster: SimKubeCluster) -> dict[str, Any] | None:
     """The active ClusterPolicy: the oldest, as the operator ignores any other."""
     policies = cluster.stored(by_kind("ClusterPolicy"))
     return min(policies, key=lambda p: str(p["metadata"].get("creationTimestamp", ""))) if policies else None
+
+
+def _effective_policy(cluster: SimKubeCluster) -> dict[str, Any] | None:
+    """The driver section the upgrade controller acts on: the ClusterPolicy's, or with
+    `useNvidiaDriverCRD` the oldest NVIDIADriver's version and upgrade policy (autoUpgrade defaults
+    to true in its CRD)."""
+    policy = _policy(cluster)
+    if policy is None or not ((policy.get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD"):
+        return policy
+    drivers = cluster.stored(by_kind("NVIDIADriver"))
+    if not drivers:
+        return None
+    oldest = min(drivers, key=lambda d: str(d["metadata"].get("creationTimestamp", "")))
+    spec = oldest.get("spec") or {}
+    upgrade = {"autoUpgrade": True, **(spec.get("upgradePolicy") or {})}
+    return {"spec": {"driver": {"upgradePolicy": upgrade, "version": spec.get("version")}}}
 
 
 def _max_unavailable(value: Any, total: int) -> int:
@@ -417,13 +437,9 @@ class _Pass:
 
 def reconcile_driver_upgrades(cluster: SimKubeCluster, now: float) -> float:
     """One pass of the upgrade controller; returns when a wait ends (inf: nothing pending)."""
-    policy = _policy(cluster)
+    policy = _effective_policy(cluster)
     upgrade = (((policy or {}).get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
-    if (
-        policy is None
-        or not upgrade.get("autoUpgrade")
-        or ((policy.get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD")
-    ):
+    if policy is None or not upgrade.get("autoUpgrade"):
         for node in cluster.stored(by_kind("Node")):
             if UPGRADE_STATE_LABEL in (node["metadata"].get("labels") or {}):
                 new = copy.deepcopy(node)

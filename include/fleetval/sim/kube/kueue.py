@@ -26,8 +26,8 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Final
 
+from fleetval.fleet.spec import FleetSpec
 from fleetval.sim.kube.resources import Resource, all_resources, by_kind, find
-from fleetval.sim.spec import FleetSpec
 
 if TYPE_CHECKING:
     from fleetval.sim.kube.cluster import SimKubeCluster

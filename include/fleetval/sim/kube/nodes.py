@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-from fleetval.sim.spec import FleetSpec, Profile, Rack
+from fleetval.fleet.spec import FleetSpec, Profile, Rack
 
 RACK_LABEL: Final = "fleetval.io/rack"
 # Xids the NVIDIA device plugin's health check ignores (application errors): the GPU stays allocatable.

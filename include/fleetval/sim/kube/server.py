@@ -8,6 +8,10 @@ custom resources of the upstream CRDs; get, list (label/field selectors, `limit`
 watch (newline-delimited JSON stream), create, replace, patch (JSON, merge, strategic merge),
 delete (with DeleteOptions' propagationPolicy), any write with `dryRun=All`. Failures are
 `Status` bodies with the API server's codes and reasons.
+
+Every resource request is counted in `KubeApiServer.calls` as the RBAC authorizer sees it (verb,
+API group, resource, subresource, namespace) with the client's User-Agent, so a test can check
+that the shipped RBAC grants exactly what the product calls.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import threading
 import time
 import traceback
 import urllib.parse
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import yaml
 
@@ -29,6 +34,19 @@ from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster, nano_rfc3339
 from fleetval.sim.kube.resources import Resource, all_resources, find
 
 TICK_S: Final = 0.05
+
+
+class ApiCall(NamedTuple):
+    """One request as Kubernetes RBAC names it."""
+
+    verb: str  # get, list, watch, create, update, patch, delete
+    group: str  # "" for the core group
+    resource: str  # plural, e.g. "pods"
+    subresource: str  # "", "log", "status"
+    namespace: str | None  # None for cluster-scoped objects and all-namespace lists
+    agent: str  # the client's User-Agent
+
+
 FLUSH_EVERY_S: Final = 0.5
 
 
@@ -42,6 +60,8 @@ class KubeApiServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.cluster = cluster
         self.token = token or secrets.token_hex(16)
+        self.calls: Counter[ApiCall] = Counter()
+        self._calls_lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="sim-kubelet", daemon=True)
 
@@ -224,6 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.server.cluster
         ns = namespace or ""
         dry_run = method != "GET" and _dry_run(method, query)
+        self._count(method, res, namespace, name, sub, query)
         if name is None:
             if method == "GET":
                 opts = ListOptions(
@@ -276,6 +297,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, cluster.delete(res, ns, name, propagation=propagation, dry_run=dry_run))
         else:
             raise _method_not_allowed()
+
+    def _count(
+        self,
+        method: str,
+        res: Resource,
+        namespace: str | None,
+        name: str | None,
+        sub: str,
+        query: dict[str, str],
+    ) -> None:
+        if method == "GET":
+            watching = query.get("watch", "").lower() in ("true", "1")
+            verb = "watch" if watching else ("get" if name else "list")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
+            verb = verb or ("delete" if name else "deletecollection")
+        call = ApiCall(verb, res.group, res.plural, sub, namespace, self.headers.get("User-Agent") or "")
+        with self.server._calls_lock:
+            self.server.calls[call] += 1
 
     def _watch(self, res: Resource, namespace: str | None, opts: ListOptions, query: dict[str, str]) -> None:
         timeout = float(_int(query.get("timeoutSeconds"), "timeoutSeconds") or 1800)

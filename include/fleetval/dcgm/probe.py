@@ -1,0 +1,43 @@
+"""The DCGM diagnostic probe: `dcgmi diag` in the pinned DCGM image, pinned to one node."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fleetval.probes.pod import ProbeSpec
+
+# DCGM diagnostics image, pinned by tag; a site overrides it (a mirror, a digest) with FLEETVAL_DCGM_IMAGE.
+DCGM_IMAGE: Final = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+# dcgmi's exit codes when the diagnostic ran to the end (dcgmi Diag.cpp, as unsigned bytes): 0 all
+# passed, 205 an isolate-priority failure (DCGM_ST_NVVS_ISOLATE_ERROR), 226 any other failed test
+# (DCGM_ST_NVVS_ERROR). Anything else is the harness (no host engine 235, killed, not found 127).
+DCGM_REPORTED_EXIT_CODES: Final = (0, 205, 226)
+
+
+def dcgm_diag_probe(node: str, *, level: int, gpus: int, run_key: str, image: str = DCGM_IMAGE) -> ProbeSpec:
+    """`dcgmi diag -r <level> -j` on every GPU of `node`.
+
+    `gpus` is the node's GPU *capacity*: after the device plugin withdraws a GPU (an Xid it
+    watches), allocatable drops and the pod cannot be scheduled, so a node with a missing GPU is
+    never diagnosed on the GPUs that are left and passed. `nvidia-smi -L` first lists the GPUs
+    the container got (index → UUID, which DCGM's JSON does not carry); the pod starts its own
+    host engine, and `exec` hands dcgmi's exit code to the pod.
+    """
+    script = f"nvidia-smi -L && nv-hostengine >/dev/null && exec dcgmi diag -r {level} -j"
+    return ProbeSpec(
+        probe_key=f"{run_key}/dcgm-r{level}/{node}",
+        tool="dcgm",
+        node=node,
+        image=image,
+        command=("/bin/bash", "-c"),
+        args=(script,),
+        gpus=gpus,
+        timeout_s=3600 if level >= 3 else 1200,
+        params={"level": level},
+        reported_exit_codes=DCGM_REPORTED_EXIT_CODES,
+        # The pod runs its own nv-hostengine, which reads the profiling (DCP) counters the
+        # diagnostic's plugins use; that needs CAP_SYS_ADMIN, as NVIDIA's DCGM-Exporter docs show for
+        # its embedded hostengine (`--cap-add SYS_ADMIN`, docs.nvidia.com/datacenter/cloud-native/
+        # gpu-telemetry/latest/dcgm-exporter.html). Every other capability is dropped.
+        capabilities=("SYS_ADMIN",),
+    )

@@ -1,0 +1,219 @@
+"""Multi-node NCCL probes as a Kubeflow MPIJob (kubeflow.org/v2beta1), gang-admitted by Kueue
+(pure; no cluster access, no Airflow import).
+
+One worker per node of the probe, each pinned to its node with all its GPUs (required node
+affinity on the probe's nodes + required pod anti-affinity between the job's workers), running
+sshd; the launcher (no GPU) waits for the workers to be ready and runs nccl-tests under
+`mpirun -np <nodes>` (the operator provides the hostfile and ssh keys), one process per node
+driving all its GPUs (`-g <gpus>`). Its log is the raw output. Gang admission: the MPIJob carries
+the `kueue.x-k8s.io/queue-name` label and is created with `runPolicy.suspend: true`; Kueue admits
+(unsuspends) it only when the quota for *every* worker's GPUs is available, so a partial set of
+workers never holds GPUs (D-SCHED-06).
+
+kubernetes-validate has no CRD schema for MPIJob: tests check the structure here and validate
+the embedded pod templates as Pods against the Kubernetes OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Sequence
+from typing import Any, Final
+
+from fleetval.nccl.probe import NCCL_TESTS_BIN
+from fleetval.nodes import MAINTENANCE_TAINT
+from fleetval.probes.pod import NAMESPACE, PROBE_LABEL, ProbeSpec, probe_label
+
+GROUP: Final = "kubeflow.org"
+VERSION: Final = "v2beta1"
+PLURAL: Final = "mpijobs"
+KIND: Final = "MPIJob"
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+DEFAULT_QUEUE: Final = "fleetval-validation"
+# Labels the mpi-operator puts on the pods it creates.
+JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
+PROBE_KEY_ANNOTATION: Final = "fleetval.io/probe-key"
+SSH_DIR: Final = "/root/.ssh"
+
+
+def mpijob_name(spec: ProbeSpec, attempt: int | None = None) -> str:
+    """A DNS-1123 name, short enough for the operator's `<name>-worker-<i>` pod names; `attempt`
+    (a task try) makes each try its own job, so a failed one can be kept beside its retry."""
+    digest = hashlib.sha256(spec.probe_key.encode()).hexdigest()[:12]
+    name = f"fleetval-{spec.tool}-{digest}"
+    return name if attempt is None else f"{name}-t{attempt}"
+
+
+def probe_nodes(spec: ProbeSpec) -> list[str]:
+    nodes = spec.params.get("nodes")
+    return [str(n) for n in nodes] if nodes else spec.node.split("+")
+
+
+def launcher_script(spec: ProbeSpec) -> str:
+    """`exec mpirun` over one slot per worker, running the nccl-tests binary by its path in the
+    image; the launcher's exit code is mpirun's (the probe's reported exit codes say which ones
+    mean nccl-tests ran and reported)."""
+    argv = [str(a) for a in spec.params.get("argv") or ()]
+    if not argv:
+        raise ValueError(f"probe {spec.probe_key!r} has no params.argv to run under mpirun")
+    mpirun = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(len(probe_nodes(spec))),
+        "--map-by",
+        "ppr:1:node",
+        "--bind-to",
+        "none",
+    ]
+    for key in sorted(spec.env):
+        mpirun += ["-x", key]
+    binary = argv[0] if argv[0].startswith("/") else f"{NCCL_TESTS_BIN}/{argv[0]}"
+    return f"exec {shlex.join([*mpirun, binary, *argv[1:]])}"
+
+
+def _tolerations() -> list[dict[str, str]]:
+    return [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": MAINTENANCE_TAINT, "operator": "Exists"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+
+
+def mpijob_manifest(
+    spec: ProbeSpec,
+    *,
+    queue_name: str = DEFAULT_QUEUE,
+    namespace: str = NAMESPACE,
+    admission_timeout_s: int = 3600,
+    name: str | None = None,
+    worker_devices: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """The MPIJob for a multi-node NCCL probe (see module doc), named `name` (default
+    `mpijob_name(spec)`). Its `fleetval.io/probe` label finds every job of one probe.
+    `worker_devices` are the extended resources each worker requests besides its GPUs: the site's
+    RDMA device (`rdma/ib`, `nvidia.com/hostdev`…), without which NCCL falls back to sockets."""
+    nodes = probe_nodes(spec)
+    if len(nodes) < 2:
+        raise ValueError(f"an MPIJob probe needs at least two nodes, got {nodes}")
+    if spec.gpus < 1:
+        raise ValueError("an MPIJob NCCL probe needs GPUs per worker")
+    name = name or mpijob_name(spec)
+    devices = dict(worker_devices)  # extended resources: the request must equal the limit
+    env = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    labels = {
+        QUEUE_LABEL: queue_name,
+        "app.kubernetes.io/part-of": "fleetval",
+        "fleetval.io/tool": spec.tool,
+        PROBE_LABEL: probe_label(spec.probe_key),
+    }
+    worker_selector = {JOB_NAME_LABEL: name, JOB_ROLE_LABEL: "worker"}
+    worker_pod = {
+        "metadata": {"labels": {"app.kubernetes.io/part-of": "fleetval", "fleetval.io/tool": spec.tool}},
+        "spec": {
+            "serviceAccountName": "fleetval-probe",
+            "automountServiceAccountToken": False,
+            "tolerations": _tolerations(),
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+                                ]
+                            }
+                        ]
+                    }
+                },
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": worker_selector},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
+                    ]
+                },
+            },
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": spec.image,
+                    "command": ["/usr/sbin/sshd"],
+                    "args": ["-De"],
+                    "env": env,
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": str(spec.gpus), **devices},
+                        "requests": {
+                            "nvidia.com/gpu": str(spec.gpus),
+                            **devices,
+                            "cpu": "4",
+                            "memory": "16Gi",
+                        },
+                    },
+                    # RDMA needs locked memory; NCCL's shared-memory transport needs a real /dev/shm.
+                    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
+    launcher_pod = {
+        "metadata": {"labels": {"app.kubernetes.io/part-of": "fleetval", "fleetval.io/tool": spec.tool}},
+        "spec": {
+            "serviceAccountName": "fleetval-probe",
+            "restartPolicy": "Never",
+            "tolerations": _tolerations(),
+            "containers": [
+                {
+                    "name": "launcher",
+                    "image": spec.image,
+                    "command": ["/bin/bash", "-c"],
+                    "args": [launcher_script(spec)],
+                    "env": env,
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {PROBE_KEY_ANNOTATION: spec.probe_key},
+        },
+        "spec": {
+            "slotsPerWorker": 1,
+            "mpiImplementation": "OpenMPI",
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "sshAuthMountPath": SSH_DIR,
+            "runPolicy": {
+                "suspend": True,  # Kueue admits the whole gang by unsuspending it
+                "backoffLimit": 0,
+                "cleanPodPolicy": "Running",
+                "activeDeadlineSeconds": spec.timeout_s + admission_timeout_s,
+                "ttlSecondsAfterFinished": 3600,
+            },
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher_pod},
+                "Worker": {"replicas": len(nodes), "restartPolicy": "Never", "template": worker_pod},
+            },
+        },
+    }
+
+
+def job_state(mpijob: dict[str, Any]) -> str:
+    """`Succeeded`, `Failed`, `Suspended` (waiting for Kueue) or `Running`/`Pending`, from the
+    MPIJob's status conditions (the last true terminal condition wins)."""
+    conditions = (mpijob.get("status") or {}).get("conditions") or []
+    true = {c.get("type") for c in conditions if str(c.get("status")) == "True"}
+    for state in ("Succeeded", "Failed", "Running", "Suspended"):
+        if state in true:
+            return state
+    return "Pending"

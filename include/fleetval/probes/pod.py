@@ -1,0 +1,139 @@
+"""Probe specs and their KubernetesPodOperator keyword arguments (pure; no Airflow import).
+Each tool builds its own specs (`fleetval.dcgm.probe`, `fleetval.nccl.probe`).
+
+A ProbeSpec says what runs where: image, command, the node, the GPUs, the deadline, and which
+exit codes mean "the tool ran and reported" (its output decides the verdict) as opposed to a
+harness failure (a command missing from the image, a killed container: the task fails and is
+retried, and the last failure becomes an `error` verdict).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kubernetes.client import models as k8s
+
+from fleetval.nodes import MAINTENANCE_TAINT
+
+NAMESPACE: Final = "fleetval"
+PROBE_LABEL: Final = "fleetval.io/probe"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    probe_key: str
+    tool: str
+    node: str
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    gpus: int = 0
+    timeout_s: int = 1800
+    env: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)  # tool parameters the judges read (level…)
+    reported_exit_codes: tuple[int, ...] = (0,)
+    capabilities: tuple[str, ...] = ()
+    shm_size: str | None = None  # a memory-backed /dev/shm of this size (NCCL needs more than 64 MiB)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "probe_key": self.probe_key,
+            "tool": self.tool,
+            "node": self.node,
+            "image": self.image,
+            "command": list(self.command),
+            "args": list(self.args),
+            "gpus": self.gpus,
+            "timeout_s": self.timeout_s,
+            "env": self.env,
+            "params": self.params,
+            "reported_exit_codes": list(self.reported_exit_codes),
+            "capabilities": list(self.capabilities),
+            "shm_size": self.shm_size,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeSpec:
+        return cls(
+            probe_key=str(data["probe_key"]),
+            tool=str(data["tool"]),
+            node=str(data["node"]),
+            image=str(data["image"]),
+            command=tuple(data["command"]),
+            args=tuple(data.get("args") or ()),
+            gpus=int(data.get("gpus", 0)),
+            timeout_s=int(data.get("timeout_s", 1800)),
+            env=dict(data.get("env") or {}),
+            params=dict(data.get("params") or {}),
+            reported_exit_codes=tuple(data.get("reported_exit_codes") or (0,)),
+            capabilities=tuple(data.get("capabilities") or ()),
+            shm_size=data.get("shm_size"),
+        )
+
+
+def pod_name(spec: ProbeSpec) -> str:
+    base = f"fleetval-{spec.tool}-{spec.node}".lower().replace("_", "-").replace(".", "-")
+    return base[:52].rstrip("-")
+
+
+def probe_label(probe_key: str) -> str:
+    """A label value naming one probe (keys are longer than a label value may be)."""
+    return hashlib.sha256(probe_key.encode()).hexdigest()[:16]
+
+
+def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
+    """KubernetesPodOperator arguments for one probe: pinned to its node, its GPUs, tolerating
+    our own maintenance taint (a cordoned node under diagnosis must still run the probe).
+
+    Successful pods are deleted; failed ones are kept for forensics (the operator subclass deletes
+    a pod that never started, so a Pending probe cannot run later on a node back in service)."""
+    volumes: list[k8s.V1Volume] = []
+    mounts: list[k8s.V1VolumeMount] = []
+    if spec.shm_size:
+        volumes.append(
+            k8s.V1Volume(
+                name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=spec.shm_size)
+            )
+        )
+        mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
+    return {
+        "name": pod_name(spec),
+        "namespace": NAMESPACE,
+        "image": spec.image,
+        "cmds": list(spec.command),
+        "arguments": list(spec.args),
+        "env_vars": [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(spec.env.items())],
+        "labels": {
+            "app.kubernetes.io/part-of": "fleetval",
+            "fleetval.io/tool": spec.tool,
+            "fleetval.io/node": spec.node[:63].rstrip("-_."),
+            PROBE_LABEL: probe_label(spec.probe_key),
+        },
+        "annotations": {"fleetval.io/probe-key": spec.probe_key},
+        "node_selector": {"kubernetes.io/hostname": spec.node},
+        "container_resources": k8s.V1ResourceRequirements(
+            limits={"nvidia.com/gpu": str(spec.gpus)}, requests={"nvidia.com/gpu": str(spec.gpus), "cpu": "1"}
+        ),
+        "tolerations": [
+            k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+            k8s.V1Toleration(key=MAINTENANCE_TAINT, operator="Exists"),
+            k8s.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists", effect="NoSchedule"),
+        ],
+        "volumes": volumes,
+        "volume_mounts": mounts,
+        "active_deadline_seconds": spec.timeout_s,
+        "container_security_context": k8s.V1SecurityContext(
+            capabilities=k8s.V1Capabilities(
+                add=list(spec.capabilities) or None, drop=["ALL"] if not spec.capabilities else None
+            ),
+            allow_privilege_escalation=False,
+        ),
+        "service_account_name": "fleetval-probe",
+        "termination_message_policy": "FallbackToLogsOnError",
+        "get_logs": True,
+        "do_xcom_push": False,
+        "on_finish_action": "delete_succeeded_pod",
+        "startup_timeout_seconds": 600,
+    }
