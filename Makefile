@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 
-.PHONY: venv lint typecheck test postgres demo demo-once bench clean
+.PHONY: venv lint typecheck test postgres demo demo-once bench fuzz clean
 
-$(STAMP): constraints-3.11.txt requirements.in pyproject.toml
+$(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip uv
 	$(BIN)/uv pip install -q -p $(BIN)/python -r constraints-3.11.txt
@@ -43,6 +43,10 @@ postgres: $(STAMP)
 
 test: $(STAMP) lint typecheck postgres
 	$(BIN)/pytest -q
+
+# The long fuzz run: every parser family's suite at 12,000 mutated inputs per test, a hang fails.
+fuzz: $(STAMP)
+	FLEETVAL_FUZZ_EXAMPLES=12000 FLEETVAL_FUZZ_STRICT_TIME=1 $(BIN)/pytest -q -m fuzz
 
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py

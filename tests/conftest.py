@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.paths import DAGS, DEMO_FLEET, KNOWN_POOLS, ROOT
+from tests.rbac import check_server
 
 _home = pathlib.Path(os.environ.get("TEST_AIRFLOW_HOME") or ROOT / f".airflow-test-home-{os.getpid()}")
 shutil.rmtree(_home, ignore_errors=True)
@@ -29,8 +30,37 @@ PG_ADMIN_URL = os.environ.get(
 )
 
 
+# The tests that, run together, make every call the product makes to a cluster: the end-to-end
+# flows and the paths they do not take (node-problem-detector Events, the NVIDIADriver halt, the
+# KubernetesPodOperator finding and labelling a failed pod).
+RBAC_FLOWS = (
+    "test_weekly_sweep_dag.py",
+    "test_xid_remediation_dag.py",
+    "test_nccl_dags.py",
+    "test_npd_events.py",
+    "test_rollout_halt.py",
+    "test_probe_pod.py",
+)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_home, ignore_errors=True)
+    ran = {pathlib.Path(str(item.fspath)).name for item in session.items}
+    if set(RBAC_FLOWS) <= ran:
+        from tests.rbac import PRODUCT_CALLS, unused_grants
+
+        unused = unused_grants(PRODUCT_CALLS)
+        if unused:  # least privilege: a grant no flow used is a grant too many
+            session.config.get_terminal_writer().line(f"deploy/rbac.yaml grants what no call used: {unused}")
+            if exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.fuzz import tally_lines
+
+    for line in tally_lines():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -124,9 +154,9 @@ def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     Returns `start(path=DEMO_FLEET, time_scale=0.0) -> SimKube`."""
     import json
 
+    from fleetval.fleet.spec import load_fleet_spec
     from fleetval.sim.kube.cluster import SimKubeCluster
     from fleetval.sim.kube.server import KubeApiServer
-    from fleetval.sim.spec import load_fleet_spec
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
@@ -155,3 +185,5 @@ def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     for server in servers:
         server.stop()
     engine.dispose()
+    for server in servers:
+        check_server(server.calls)  # the product called only what deploy/rbac.yaml grants

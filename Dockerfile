@@ -1,0 +1,22 @@
+# The fleetval Airflow image: the official Apache Airflow 3.3 image plus fleetval's locked run-time
+# requirements, the fleetval package (include/) and its DAGs. Compose and the Helm values use it.
+#   docker build -t fleetval-airflow:0.1.0 .
+ARG AIRFLOW_VERSION=3.3.2
+ARG PYTHON_VERSION=3.11
+FROM apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}
+ARG AIRFLOW_VERSION
+
+# As the image's documentation asks: pip runs as the airflow user, with apache-airflow pinned in the
+# same command so that no requirement can move Airflow itself.
+COPY --chown=airflow:0 requirements.txt /opt/fleetval/requirements.txt
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /opt/fleetval/requirements.txt
+
+# The package last: a code change rebuilds only these layers. --no-deps: everything it needs is above.
+COPY --chown=airflow:0 pyproject.toml README.md /opt/fleetval/
+COPY --chown=airflow:0 include /opt/fleetval/include
+RUN pip install --no-cache-dir --no-deps /opt/fleetval
+
+COPY --chown=airflow:0 dags /opt/airflow/dags
+COPY --chown=airflow:0 pools.json /opt/fleetval/pools.json
+ENV AIRFLOW__CORE__DAGS_FOLDER=/opt/airflow/dags \
+    AIRFLOW__CORE__LOAD_EXAMPLES=False

