@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 
-.PHONY: venv lint typecheck test postgres demo demo-once bench fuzz clean
+.PHONY: venv lint typecheck test postgres demo demo-once demo-kueue bench fuzz clean
 
 $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -50,6 +50,10 @@ fuzz: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
+
+# The Kueue contention scenarios on a simulated cluster (no Airflow, no database): verdicts as JSON.
+demo-kueue: $(STAMP)
+	$(BIN)/fleetval scenario run
 
 demo-once: $(STAMP)
 	$(BIN)/python scripts/demo.py --exit-after-summary

@@ -40,6 +40,7 @@ RBAC_FLOWS = (
     "test_npd_events.py",
     "test_rollout_halt.py",
     "test_probe_pod.py",
+    "test_scenarios_on_sim.py",
 )
 
 

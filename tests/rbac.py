@@ -56,7 +56,8 @@ def runner_grants(docs: Iterable[dict[str, Any]] | None = None) -> set[Grant]:
 
 def grant_for(call: ApiCall, grants: set[Grant]) -> Grant | None:
     resource = f"{call.resource}/{call.subresource}" if call.subresource else call.resource
-    for scope in ("", call.namespace) if call.namespace else ("",):
+    # The narrowest grant first: a Role's grant is the one a namespaced call uses.
+    for scope in (call.namespace, "") if call.namespace else ("",):
         grant = Grant(scope or "", call.group, resource, call.verb)
         if grant in grants:
             return grant

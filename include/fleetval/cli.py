@@ -104,6 +104,18 @@ def cmd_parse(args: argparse.Namespace) -> int:
         from fleetval.nccl.parser import parse_nccl
 
         _emit(parse_nccl(text).to_json())
+    elif args.tool == "kueue":
+        from fleetval.kueue.parse import parse_workload
+        from fleetval.kueue.reasons import detect_mode, waiting_reason
+
+        workload = parse_workload(text)
+        _emit(
+            {
+                "workload": workload,
+                "waiting_reason": waiting_reason(workload, dt.datetime.now(dt.UTC)).to_json(),
+                "reason_mode": detect_mode([workload]),
+            }
+        )
     else:
         from fleetval.xid.parser import parse_xid, xid_log_to_json
 
@@ -553,6 +565,94 @@ def _text(max_chars: int) -> Callable[[str], str]:
     return parse
 
 
+def cmd_scenario_list(args: argparse.Namespace) -> int:
+    from fleetval.kueue.suite import shipped
+
+    _emit([{"id": s.id, "title": s.title, "criteria": list(s.criteria)} for s in shipped()])
+    return 0
+
+
+def cmd_scenario_check(args: argparse.Namespace) -> int:
+    """Validate scenario files (manifests against the Kueue CRDs) without touching a cluster."""
+    from fleetval.kueue.suite import check_text
+
+    _emit([check_text(_read(path), path) for path in args.files])
+    return 0
+
+
+def cmd_scenario_run(args: argparse.Namespace) -> int:
+    """Run Kueue scenarios against the kubeconfig's cluster, or a simulated one started here.
+    A scenario that fails is a verdict (exit 0); only a run that cannot start is an error."""
+    from fleetval.kueue.suite import resolve, run_scenarios, shipped
+
+    scenarios = [resolve(ref) for ref in args.scenarios] if args.scenarios else shipped()
+    run_key = args.run_key or f"kueue/{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
+    store = None
+    if args.db:
+        from fleetval.store.engine import make_engine
+        from fleetval.store.migrate import upgrade
+        from fleetval.store.repository import Store
+
+        engine = make_engine(args.db)
+        upgrade(engine)
+        store = Store(engine)
+    options = {"image": args.image, "kueue_namespace": args.kueue_namespace}
+    if args.kubeconfig:
+        if args.fleet or args.fault:
+            raise FleetvalError("--fleet and --fault shape the simulated cluster; not with --kubeconfig")
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+        outcomes = run_scenarios(api, scenarios, run_key, store=store, **options)
+    else:
+        outcomes = _scenarios_on_sim(args, scenarios, run_key, store, options)
+    _emit(
+        {
+            "run_key": run_key,
+            "scenarios": [o.to_json() for o in outcomes],
+            "verdicts": [v.to_json() for o in outcomes for v in o.verdicts],
+        }
+    )
+    return 0
+
+
+def _scenarios_on_sim(
+    args: argparse.Namespace, scenarios: list[Any], run_key: str, store: Any, options: dict[str, Any]
+) -> list[Any]:
+    import tempfile
+
+    import yaml
+    from kubernetes import config
+
+    from fleetval.fleet.spec import load_fleet_spec
+    from fleetval.kueue.suite import run_scenarios
+    from fleetval.sim.kube.cluster import SimKubeCluster
+    from fleetval.sim.kube.server import KubeApiServer
+
+    spec = _read_spec(args.fleet) if args.fleet else _demo_spec()
+    if args.fault:
+        raw = dict(spec.raw)
+        raw["faults"] = [*(raw.get("faults") or []), *({"kind": kind} for kind in args.fault)]
+        spec = load_fleet_spec(yaml.safe_dump(raw))
+    server = KubeApiServer(SimKubeCluster(spec, None, time_scale=0.0))
+    server.start()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            kubeconfig = server.write_kubeconfig(Path(folder) / "kubeconfig")
+            api = config.new_client_from_config(config_file=str(kubeconfig))
+            return run_scenarios(api, scenarios, run_key, store=store, fleet=spec.name, **options)
+    finally:
+        server.stop()
+
+
+def _demo_spec() -> FleetSpec:
+    import importlib.resources
+
+    from fleetval.fleet.spec import load_fleet_spec
+
+    return load_fleet_spec(importlib.resources.files("fleetval.sim").joinpath("fleets/demo.yaml").read_text())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fleetval.fleet.spec import MAX_GPUS, MAX_XID_COUNT, XID_CODES
 
@@ -562,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p_parse = sub.add_parser("parse", help="parse a tool's raw output into JSON")
-    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid"])
+    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid", "kueue"])
     p_parse.add_argument("file", help="raw output file, or - for stdin")
     p_parse.set_defaults(func=cmd_parse)
 
@@ -693,6 +793,35 @@ def build_parser() -> argparse.ArgumentParser:
     p_inj.add_argument("--count", type=_int_in(1, MAX_XID_COUNT), default=1)
     p_inj.add_argument("--tag", type=_text(100), help="delivery id (same tag again delivers nothing new)")
     p_inj.set_defaults(func=cmd_sim_inject_xid)
+
+    p_scn = sub.add_parser("scenario", help="Kueue contention scenarios (the scheduling layer)")
+    scn_sub = p_scn.add_subparsers(dest="scenario_command", required=True, parser_class=_Parser)
+    p_scn_list = scn_sub.add_parser("list", help="the shipped scenarios")
+    p_scn_list.set_defaults(func=cmd_scenario_list)
+    p_scn_check = scn_sub.add_parser("check", help="validate scenario files against the Kueue CRDs")
+    p_scn_check.add_argument("files", nargs="+", help="scenario YAML files")
+    p_scn_check.set_defaults(func=cmd_scenario_check)
+    p_scn_run = scn_sub.add_parser(
+        "run", help="run scenarios (default: all shipped) against a cluster, or a simulated one"
+    )
+    p_scn_run.add_argument("scenarios", nargs="*", help="scenario files or shipped scenario ids")
+    p_scn_run.add_argument("--kubeconfig", type=_text(4096), help="the cluster (default: a simulated one)")
+    p_scn_run.add_argument("--context", type=_text(253), help="kubeconfig context")
+    p_scn_run.add_argument("--fleet", type=_text(4096), help="simulated cluster: fleet spec (default: demo)")
+    p_scn_run.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=["kueue.no_reclaim", "kueue.no_borrowing", "kueue.partial_gang", "kueue.wrong_reason"],
+        help="simulated cluster: a Kueue fault to inject (repeatable)",
+    )
+    p_scn_run.add_argument("--db", type=_db_url, help="store the run records and verdicts here")
+    p_scn_run.add_argument("--run-key", type=_text(250))
+    p_scn_run.add_argument("--image", type=_text(512), help="the jobs' image (default: busybox:1.36)")
+    p_scn_run.add_argument(
+        "--kueue-namespace", type=_text(63), default="kueue-system", help="where Kueue's manager runs"
+    )
+    p_scn_run.set_defaults(func=cmd_scenario_run)
 
     p_ver = sub.add_parser("verdicts", help="show the verdicts of a run (default: the latest)")
     p_ver.add_argument("--db", required=True, type=_db_url)

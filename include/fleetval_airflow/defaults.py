@@ -26,6 +26,7 @@ class Pool(enum.StrEnum):
 class Tag(enum.StrEnum):
     LAYER_DEVICE = "layer:device"
     LAYER_NETWORK = "layer:network"
+    LAYER_SCHEDULING = "layer:scheduling"
     SCHEDULE_WEEKLY = "schedule:weekly"
     SCHEDULE_EVENT = "schedule:event"
     SCHEDULE_MANUAL = "schedule:manual"

@@ -18,10 +18,12 @@ EXPECTED_DAGS = {
     "post_upgrade_nccl_sweep",
     "post_upgrade_nccl_sweep_wave",
     "baseline_backfill",
+    "kueue_contention",
 }
 ALLOWED_TAGS = {
     "layer:device",
     "layer:network",
+    "layer:scheduling",
     "schedule:weekly",
     "schedule:event",
     "schedule:manual",

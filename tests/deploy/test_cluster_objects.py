@@ -84,8 +84,23 @@ def test_kueue_config_makes_gangs_all_or_nothing_and_manages_mpijobs() -> None:
     kubernetes_validate.validate(configmap, KUBERNETES_VERSION, strict=True)
     config = yaml.safe_load(configmap["data"]["controller_manager_config.yaml"])
     assert (config["apiVersion"], config["kind"]) == ("config.kueue.x-k8s.io/v1beta2", "Configuration")
-    assert {"batch/job", "kubeflow.org/mpijob"} <= set(config["integrations"]["frameworks"])
+    assert {"batch/job", "kubeflow.org/mpijob", "pod"} <= set(config["integrations"]["frameworks"])
     wait = config["waitForPodsReady"]
+    # The simulated cluster's Kueue runs with what we ship.
+    from fleetval.sim.kube.kueue import KUEUE_CONFIG
+
+    simulated = KUEUE_CONFIG.wait_for_pods_ready
+    strategy = wait["requeuingStrategy"]
+    assert (simulated.timeout_s, simulated.recovery_timeout_s) == (
+        int(wait["timeout"].removesuffix("m")) * 60,
+        int(wait["recoveryTimeout"].removesuffix("m")) * 60,
+    )
+    assert (simulated.block_admission, simulated.requeuing_timestamp) == (True, strategy["timestamp"])
+    assert (simulated.backoff_base_s, simulated.backoff_max_s, simulated.backoff_limit_count) == (
+        strategy["backoffBaseSeconds"],
+        strategy["backoffMaxSeconds"],
+        strategy["backoffLimitCount"],
+    )
     assert wait["blockAdmission"] is True
     minutes = int(wait["timeout"].removesuffix("m"))
     probe = nccl_probe(["a", "b"], gpus_per_node=8, repeat=0, run_key="k")

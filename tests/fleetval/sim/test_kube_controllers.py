@@ -195,10 +195,26 @@ def test_an_mpijob_past_its_active_deadline_fails_and_stops(sim_kube: Any) -> No
 def test_without_its_local_queue_an_mpijob_stays_suspended_until_the_queue_exists(sim_kube: Any) -> None:
     kube = serve(sim_kube)
     name = create_mpijob(kube, ["r01-n01", "r01-n02"], queue_name="elsewhere")["metadata"]["name"]
-    pending = eventually(
-        lambda: [e for e in events(kube, name) if e.reason == "Pending"], what="the Pending event"
+    workload = eventually(lambda: workload_of(kube, name), what="the MPIJob's Workload")
+    reserved = eventually(
+        lambda: next(
+            (
+                c
+                for c in (workload_of(kube, name) or {}).get("status", {}).get("conditions", [])
+                if c["type"] == "QuotaReserved"
+            ),
+            None,
+        ),
+        what="the QuotaReserved condition",
     )
-    assert [(e.type, e.message) for e in pending] == [("Warning", "LocalQueue elsewhere doesn't exist")]
+    # Kueue v0.19: a queue blocker is Inadmissible (not a granular reason), the message verbatim.
+    assert (reserved["status"], reserved["reason"], reserved["message"]) == (
+        "False",
+        "Inadmissible",
+        "LocalQueue elsewhere doesn't exist",
+    )
+    assert workload["metadata"]["name"].startswith(f"mpijob-{name}-")
+    assert [s["name"] for s in workload["spec"]["podSets"]] == ["launcher", "worker"]
     time.sleep(0.3)
     job = get_mpijob(kube, name)
     assert job_state(job) == "Suspended" and job["spec"]["runPolicy"]["suspend"] is True
@@ -219,6 +235,11 @@ def test_without_its_local_queue_an_mpijob_stays_suspended_until_the_queue_exist
     assert job_state(done) == "Succeeded"
     resumed = next(c for c in done["status"]["conditions"] if c["type"] == "Suspended")
     assert (resumed["status"], resumed["reason"]) == ("False", "MPIJobResumed")
+
+
+def workload_of(kube: SimKube, job: str) -> dict[str, Any] | None:
+    items = kube.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", NS, "workloads")["items"]
+    return next((w for w in items if w["metadata"]["name"].startswith(f"mpijob-{job}-")), None)
 
 
 def test_a_suspended_mpijob_without_the_queue_label_is_left_alone(sim_kube: Any) -> None:

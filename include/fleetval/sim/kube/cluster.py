@@ -2,12 +2,13 @@
 semantics (resourceVersion, conflicts, validation, selectors, paging, watch, garbage collection of
 owned objects) and the controllers the product relies on — the scheduler, a kubelet per node
 (containers run through the image catalog, so a probe prints what the real tool would print on
-that node, faults included), the mpi-operator, the Job controller, a placeholder Kueue and the GPU
-Operator's driver upgrades (`fleetval.sim.kube.controllers`).
+that node, faults included), the mpi-operator, the Job controller, Kueue (admission by
+`kueue_model`) and the GPU Operator's driver upgrades (`fleetval.sim.kube.controllers`).
 
 A fresh cluster starts with the fleet's nodes, the namespaces `DEFAULT_NAMESPACES`, a Kueue
-LocalQueue `fleetval-validation` in `fleetval` (with its ClusterQueue and ResourceFlavor) and the
-GPU Operator's ClusterPolicy `cluster-policy` (driver auto-upgrade on).
+LocalQueue `fleetval-validation` in `fleetval` (with its ClusterQueue and ResourceFlavor, and
+Kueue's Deployment in `kueue-system`, which tells the version it claims) and the GPU Operator's
+ClusterPolicy `cluster-policy` (driver auto-upgrade on).
 
 Deleting an object deletes what it owns (ownerReferences), as the garbage collector does: in the
 background by default, `Foreground` (the owner keeps a deletionTimestamp and the
@@ -63,7 +64,14 @@ from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
 from fleetval.sim.kube.resources import Resource, by_kind
 from fleetval.store import sim_objects
 
-DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease", "fleetval")
+DEFAULT_NAMESPACES: Final = (
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "fleetval",
+    "kueue-system",
+)
 WATCH_LOG_SIZE: Final = 100_000
 MAX_EVENTS: Final = 50_000
 GPU: Final = "nvidia.com/gpu"
@@ -164,6 +172,7 @@ class SimKubeCluster:
     upgrade_timers: dict[tuple[str, str], float] = field(default_factory=dict)
     job_started: dict[str, float] = field(default_factory=dict)
     _emitted: set[tuple[str, str, str]] = field(default_factory=set)
+    kueue: Any = None  # the simulated Kueue's in-memory state (sim/kube/kueue.py SimKueue)
     _gc_pending: bool = False
     _foreground: set[Key] = field(default_factory=set)  # owners waiting for their dependents
     _reconciling: bool = False
@@ -441,8 +450,12 @@ class SimKubeCluster:
         self._new_meta(obj, res.kind, namespace if res.namespaced else "")
         if res.kind == "Pod":
             self._default_pod(obj)
+            kueue.gate_new_pod(obj)  # Kueue's pod webhook
         elif res.kind == "Job":
+            kueue.suspend_new_job(obj)  # Kueue's job webhook
             default_job(obj)
+        elif res.kind == "MPIJob":
+            kueue.suspend_new_job(obj)
         elif res.kind == "Event" and not dry_run:
             self._trim_events()
         if dry_run:
@@ -899,6 +912,9 @@ class SimKubeCluster:
                 self._pending.discard(key)
                 continue
             spec = pod["spec"]
+            if spec.get("schedulingGates"):
+                self._gated(pod, now)
+                continue
             pinned = spec.get("nodeName")
             if pinned:
                 candidates = [pinned] if pinned in nodes else []
@@ -928,6 +944,23 @@ class SimKubeCluster:
             on_node.setdefault(chosen, []).append(pod)
             if has_required_anti_affinity(pod):
                 anti.append((chosen, pod))
+
+    def _gated(self, pod: dict[str, Any], now: float) -> None:
+        """A pod with scheduling gates is not considered; kube-scheduler says so once."""
+        conditions = pod["status"].setdefault("conditions", [])
+        if any(c["type"] == "PodScheduled" and c.get("reason") == "SchedulingGated" for c in conditions):
+            return
+        pod["status"]["conditions"] = [c for c in conditions if c["type"] != "PodScheduled"] + [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(now),
+            }
+        ]
+        self._put(by_kind("Pod"), pod)
 
     def _pods_by_node(self) -> dict[str, list[dict[str, Any]]]:
         by_node: dict[str, list[dict[str, Any]]] = {}

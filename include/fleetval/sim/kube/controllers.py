@@ -1,6 +1,6 @@
 """The controllers of the simulated cluster besides the scheduler and the kubelets, run on every
-reconcile (the lock held) in the order a change flows through them: Kueue admits a queued job
-(`kueue`, a placeholder), the mpi-operator turns an MPIJob into worker pods and a launcher Job
+reconcile (the lock held) in the order a change flows through them: Kueue admits a queued pod,
+pod group or job (`kueue`), the mpi-operator turns an MPIJob into worker pods and a launcher Job
 (`mpi_operator`), the Job controller turns a Job into its pod (`jobs`), and the GPU Operator walks
 nodes through driver upgrades (`gpu_operator`). Garbage collection of owned objects is the
 store's (`SimKubeCluster`).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from fleetval.sim.kube.gpu_operator import reconcile_driver_upgrades
 from fleetval.sim.kube.jobs import reconcile_jobs
-from fleetval.sim.kube.kueue import admit
+from fleetval.sim.kube.kueue import reconcile_kueue
 from fleetval.sim.kube.mpi_operator import reconcile_mpijobs
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def run_controllers(cluster: SimKubeCluster, now: float) -> float:
     change to wake it (a deadline, a wait), or inf."""
     due = math.inf
     steps = (
-        lambda: admit(cluster),
+        lambda: reconcile_kueue(cluster, now),
         lambda: reconcile_mpijobs(cluster),
         lambda: reconcile_jobs(cluster, now),
         lambda: reconcile_driver_upgrades(cluster, now),

@@ -1479,6 +1479,27 @@ class KueueModel:
         self._broadcast(None)
         self._mutations += 1
 
+    def remove(self, kind: str, name: str, namespace: str = "") -> None:
+        """Delete a Kueue object (or forget a Namespace's labels); a no-op for one not known.
+        Workloads queued in a deleted queue stay, blocked ("... doesn't exist"), as in Kueue."""
+        tables: dict[str, dict[Any, Any]] = {
+            "ResourceFlavor": self._flavors,
+            "ClusterQueue": self._cluster_queues,
+            "Cohort": self._cohorts,
+            "LocalQueue": self._local_queues,
+            "WorkloadPriorityClass": self._priority_classes,
+            "Namespace": self._namespaces,
+        }
+        if kind not in tables:
+            raise ValueError(f"unsupported kind {kind!r}")
+        if tables[kind].pop((namespace, name) if kind == "LocalQueue" else name, None) is None:
+            return
+        self._base_tree = None
+        for wl in self._workloads.values():
+            self._sync_queue_membership(wl)
+        self._broadcast(None)
+        self._mutations += 1
+
     def submit(self, spec: WorkloadSpec) -> str:
         """Create the Workload (Kueue's job reconciler does this for a queued job)."""
         if spec.key in self._workloads:
@@ -1598,6 +1619,10 @@ class KueueModel:
         self.settle()
 
     # --- observation --------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """The next instant something happens by itself (a timeout, a backoff ending), or None."""
+        return self._next_deadline()
 
     def workload_keys(self) -> list[str]:
         return list(self._workloads)

@@ -1,6 +1,6 @@
 """The API resources the simulated server serves: core v1 kinds, batch/v1 Jobs (the mpi-operator's
-launcher is one) and the custom resources of the upstream CRDs fleetval uses (MPIJob, Kueue,
-ClusterPolicy, NVIDIADriver)."""
+launcher is one), apps/v1 Deployments (stored, not run) and the custom resources of the upstream
+CRDs fleetval uses (MPIJob, Kueue, ClusterPolicy, NVIDIADriver)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Resource:
     @property
     def builtin(self) -> bool:
         """Validated against the Kubernetes OpenAPI schema (core and batch), not a CRD."""
-        return self.group in ("", "batch")
+        return self.group in ("", "batch", "apps")
 
 
 CORE: Final = (
@@ -55,6 +55,8 @@ CORE: Final = (
     Resource("", "v1", "secrets", "Secret", True, strategic=True),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, strategic=True),
     Resource("batch", "v1", "jobs", "Job", True, strategic=True),
+    # Stored only (no controller runs them): Kueue's own, so a client can read the version it claims.
+    Resource("apps", "v1", "deployments", "Deployment", True, strategic=True),
 )
 
 

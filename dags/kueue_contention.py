@@ -1,0 +1,80 @@
+"""
+### Kueue contention scenarios (`kueue_contention`)
+Checks that the cluster's Kueue does what the platform promises (criteria D-SCHED-01..07, and
+D-GPU-MIG-05 for MIG quota) by **creating the contention on purpose**: each scenario applies its
+own ResourceFlavor / ClusterQueues / LocalQueues / priority classes (names prefixed `fvk-<hash>-`,
+labelled `fleetval.io/kueue-scenario`), submits GPU pod groups labelled
+`kueue.x-k8s.io/queue-name` on a timeline, watches the Workloads, pods and Kueue's events, and
+judges: held with no pod released, admitted within N s when quota frees, borrowing up to the
+limit, reclaim per policy, preemption and re-admission, gang admission, and the waiting reason
+users see. Kueue's reasons differ by version; they are matched per version, never hard-coded.
+
+- **Schedule:** weekly (Sunday 04:00 UTC), and manual with a form: which scenarios (empty:
+  all shipped), Kueue's namespace (its version is read from `kueue-controller-manager`), the
+  jobs' image, dry run (validate and print the plan; create nothing).
+- Scenarios run **one at a time**: they hold real GPUs (up to 16 per scenario) for seconds, and
+  with `waitForPodsReady.blockAdmission` an admitted job that cannot start holds every queue back.
+  Run it on a validation pool or in a maintenance window.
+- Everything a scenario creates is removed at its end, also when the task fails; a crashed run's
+  leftovers are removed by the next run of the same scenario.
+
+**Triage:** a red `report` task lists each criterion that did not pass with the step and what was
+seen (full observations in `fleetval_db`, probe `kueue/<scenario>`). A failed `run_scenario`
+task means the cluster or the store could not be reached; its retry starts the scenario over.
+Kueue must have the `pod` integration enabled (`deploy/kueue-manager-config.yaml`).
+Owner: fleet-validation.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag
+
+from fleetval_airflow import kueue_tasks
+from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
+
+SCENARIOS = [
+    "d-sched-01-02-quota",
+    "d-sched-03-04-borrow-reclaim",
+    "d-sched-04-no-reclaim",
+    "d-sched-05-preempt-resume",
+    "d-sched-06-gang",
+    "x-01-priority-order",
+    "x-02-strict-fifo",
+    "x-03-lending-limit",
+    "x-06-mig-profiles",
+    "x-08-misconfigured",
+]
+
+
+@dag(
+    schedule="0 4 * * 0",
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,  # two runs would contend with each other, not with the platform
+    default_args=DEFAULT_ARGS,
+    params={
+        "scenarios": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": SCENARIOS},
+            examples=SCENARIOS,
+            uniqueItems=True,
+            title="Scenarios (empty: all shipped)",
+        ),
+        "kueue_namespace": Param(
+            "kueue-system", type="string", minLength=1, maxLength=63, title="Kueue's namespace"
+        ),
+        "image": Param(
+            None, type=["null", "string"], title="Jobs' image (empty: busybox:1.36; a mirror if air-gapped)"
+        ),
+        "dry_run": Param(False, type="boolean", title="Dry run: validate and plan, create nothing"),
+    },
+    tags=[Tag.LAYER_SCHEDULING, Tag.SCHEDULE_WEEKLY, Tag.SCHEDULE_MANUAL, Tag.OWNER],
+    doc_md=__doc__,
+)
+def kueue_contention() -> None:
+    scenarios = kueue_tasks.plan_scenarios()
+    kueue_tasks.report(kueue_tasks.run_scenario.expand(scenario=scenarios))
+
+
+kueue_contention()
