@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fleetval.kueue.api import ADMISSION_GATE
 from fleetval.kueue.reasons import detect_mode, reason_matches, waiting_reason
 from fleetval.kueue.scenario import Expectation, Scenario, message_pattern, renamed_text
 from fleetval.records import Result, Verdict
 
 RULE_ID: Final = "kueue-scenario-v1"
-ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 
 
 @dataclass(frozen=True, slots=True)

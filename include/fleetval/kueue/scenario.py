@@ -55,13 +55,13 @@ import yaml
 
 from fleetval.errors import FleetvalError
 from fleetval.k8s.validation import ApiError, check_custom, load_crds
+from fleetval.kueue.api import GROUP, PLURALS
 from fleetval.kueue.reasons import REASON_CLASSES
 
 SCENARIO_LABEL: Final = "fleetval.io/kueue-scenario"
 RUN_LABEL: Final = "fleetval.io/kueue-run"
 JOB_LABEL: Final = "fleetval.io/kueue-job"
-GROUP: Final = "kueue.x-k8s.io"
-OBJECT_KINDS: Final = ("ResourceFlavor", "Cohort", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue")
+OBJECT_KINDS: Final = tuple(PLURALS)
 STATES: Final = frozenset({"pending", "admitted", "finished", "gone"})
 MAX_JOBS: Final = 64
 MAX_PODS: Final = 64

@@ -52,8 +52,13 @@ NODE_CRITERIA = ("D-NET-NCCL-01", "D-NET-NCCL-03", "D-NET-NCCL-TRANSPORT", "D-NE
 
 
 @pytest.fixture
-def lab(store: Store) -> tuple[Store, Lab]:
-    return store, Lab()
+def lab(pg_url: str) -> Iterator[tuple[Store, Lab]]:
+    """The whole sweep on the product's store, PostgreSQL (the other tests here run on the SQLite
+    default, so both dialects stay covered without running the longest test twice)."""
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    yield Store(engine), Lab()
+    engine.dispose()
 
 
 @pytest.fixture
@@ -83,6 +88,7 @@ def failed_by_subject(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.postgres
 def test_sweep_catches_every_nccl_fault_on_the_right_subject(lab: tuple[Store, Lab]) -> None:
     store, cluster = lab
     baseline_ids = establish_reference_baselines(store, cluster)

@@ -50,6 +50,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 from fleetval.fleet.spec import FleetSpec
 from fleetval.k8s.scheduling import parse_quantity
+from fleetval.kueue.api import (
+    ADMISSION_GATE,
+    GROUP,
+    JOB_UID_LABEL,
+    MANAGED_LABEL,
+    PLURALS,
+    POD_GROUP_COUNT,
+    POD_GROUP_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    VERSION,
+)
 from fleetval.sim.kube.kueue_model import (
     EVICTED,
     FINISHED,
@@ -65,16 +77,7 @@ from fleetval.sim.kube.resources import Resource, by_kind, find
 if TYPE_CHECKING:
     from fleetval.sim.kube.cluster import SimKubeCluster
 
-GROUP: Final = "kueue.x-k8s.io"
-VERSION: Final = "v1beta2"  # the CRDs' storage version (v1beta1 is served too, deprecated)
 CLAIMED_VERSION: Final = "v0.19.2"  # the Kueue release whose behaviour the simulated one has
-QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
-POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
-POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
-MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
-JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
-ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 NAMESPACE: Final = "fleetval"
 LOCAL_QUEUE: Final = "fleetval-validation"
 CLUSTER_QUEUE: Final = "fleetval-cluster-queue"
@@ -93,7 +96,6 @@ KUEUE_CONFIG: Final = KueueConfig.v0_19(
     )
 )
 
-# Kueue's own objects, in the order a change flows (a LocalQueue needs its ClusterQueue, ...).
 _CONFIG_KINDS: Final = (
     "Namespace",
     "ResourceFlavor",
@@ -102,13 +104,6 @@ _CONFIG_KINDS: Final = (
     "ClusterQueue",
     "LocalQueue",
 )
-_PLURALS: Final = {
-    "ResourceFlavor": "resourceflavors",
-    "Cohort": "cohorts",
-    "WorkloadPriorityClass": "workloadpriorityclasses",
-    "ClusterQueue": "clusterqueues",
-    "LocalQueue": "localqueues",
-}
 
 
 def bootstrap_objects(spec: FleetSpec) -> list[tuple[Resource, str, dict[str, Any]]]:
@@ -248,7 +243,7 @@ def _sync_config(cluster: SimKubeCluster, state: SimKueue, faults: set[str]) -> 
         if kind == "Namespace":
             objects = cluster.stored(by_kind("Namespace"))
         else:
-            objects = [o for res in _served(_PLURALS[kind]) for o in cluster.stored(res)]
+            objects = [o for res in _served(PLURALS[kind]) for o in cluster.stored(res)]
         for obj in objects:
             meta = obj["metadata"]
             key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))
