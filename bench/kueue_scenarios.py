@@ -154,9 +154,10 @@ def main() -> None:
     c_small = statistics.median(c for c, _ in cycles[small])
     c_large = statistics.median(c for c, _ in cycles[large])
     r_small = statistics.median(r for _, r in cycles[small])
+    overhead = median_wall - floor
     print(
-        f"scenario set: median {median_wall:.1f} s over {args.samples} samples; the timelines impose {floor:.1f} s "
-        f"(overhead {median_wall - floor:.1f} s, {(median_wall - floor) / len(scenarios):.2f} s per scenario)"
+        f"scenario set: median {median_wall:.1f} s over {args.samples} samples; the timelines impose "
+        f"{floor:.1f} s (overhead {overhead:.1f} s, {overhead / len(scenarios):.2f} s per scenario)"
     )
     print(
         f"model cycle: {c_small * 1e3:.2f} ms with {small} waiting = {c_small / r_small:.0f}x the sort; "

@@ -42,6 +42,7 @@ SCENARIOS = [
     "x-02-strict-fifo",
     "x-03-lending-limit",
     "x-06-mig-profiles",
+    "x-07-two-flavors",
     "x-08-misconfigured",
 ]
 

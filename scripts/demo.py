@@ -2,7 +2,8 @@
 standalone on the embedded default (SQLite) pointed at it, and the weekly sweep as the cron runs it:
 one probe pod task per node through the KubernetesPodOperator. Prints the verdicts, then delivers
 Xid 79 lines and shows the event-driven remediation (cordon, an r3 probe pod, back to service or
-quarantine), then serves the UI until Ctrl-C.
+quarantine), then the Kueue contention scenarios (`kueue_contention`), then serves the UI until
+Ctrl-C.
 
     python scripts/demo.py [--exit-after-summary] [--port 8080]
 """
@@ -92,6 +93,16 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "fleetval.cli", *inject], check=True, stdout=subprocess.DEVNULL)
         run = airflow.first_run("xid_remediation")
         print(f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run)}")
+        print()
+        fleetval("verdicts", "--db", db)
+        print()
+        airflow.unpause("kueue_contention")
+        run = airflow.first_run("kueue_contention")
+        print(
+            f"== kueue_contention run {run} (its weekly slot): the shipped Kueue scenarios, one at a "
+            "time, on the simulated cluster's Kueue"
+        )
+        print(f"== run {airflow.wait_run('kueue_contention', run)}")
         print()
         fleetval("verdicts", "--db", db)
         print()

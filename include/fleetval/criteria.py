@@ -167,7 +167,7 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (nccl.judge)",
     "D-NET-NCCL-04": "post_upgrade_nccl_sweep: CV over three repeats (nccl.judge)",
     "F-SAFE-01": "every DAG that acts on nodes: the blast-radius action budget (remediation)",
-    "D-SCHED-01": "kueue_contention: d-sched-01-02-quota, x-02-strict-fifo (kueue.judge)",
+    "D-SCHED-01": "kueue_contention: d-sched-01-02-quota, x-02-strict-fifo, x-07-two-flavors (kueue.judge)",
     "D-SCHED-02": "kueue_contention: d-sched-01-02-quota (admission latency), x-01-priority-order",
     "D-SCHED-03": "kueue_contention: d-sched-03-04-borrow-reclaim, x-03-lending-limit",
     "D-SCHED-04": "kueue_contention: d-sched-03-04-borrow-reclaim (reclaim on), d-sched-04-no-reclaim",

@@ -180,12 +180,25 @@ def _job_problem(
     ):
         seen = sorted(history.preempted_reasons.get(job, set())) or ["never preempted"]
         return f"preempted {', '.join(seen)}, expected {checks['preempted_reason']}"
+    if "flavor" in checks:
+        wanted = names.get(checks["flavor"], checks["flavor"])
+        assigned = _flavors(view.workload)
+        if assigned != {wanted}:
+            return f"admitted on flavor {', '.join(sorted(assigned)) or '(none)'}, expected {wanted}"
     if checks.get("gang") is True and history.partial_gangs.get(job):
         times = history.partial_gangs[job]
         return f"only part of the gang was released at t={times[0]:.1f}s ({len(times)} observations)"
     if checks.get("displayed_reason") is True:
         return _displayed_problem(view, obs.now)
     return ""
+
+
+def _flavors(workload: Mapping[str, Any] | None) -> set[str]:
+    """The flavors a Workload's accelerators (or, without any, its resources) were admitted on."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    assigned = [ps.get("flavors") or {} for ps in admission.get("podSetAssignments") or []]
+    accelerators = {f for flavors in assigned for r, f in flavors.items() if r.startswith("nvidia.com/")}
+    return accelerators or {f for flavors in assigned for f in flavors.values()}
 
 
 def _displayed_problem(view: JobView, now: dt.datetime) -> str:

@@ -30,10 +30,11 @@ An expectation (`expect`) names its `criterion` and one `job` or several `jobs`,
 `message` (the QuotaReserved message, exact; `<podset>` stands for a pod set's name),
 `message_contains`, `pods` / `pods_running` (how many of its pods exist / run), `evicted`
 (whether it has been evicted at least once), `preempted_reason` (the Preempted condition's
-reason, e.g. InCohortReclamation), `displayed_reason` (true: what Kueue's events show equals
-the waiting reason derived from the conditions, D-SCHED-07), `gang` (true: never seen with only
-part of its pods released), `admitted_order` (these jobs were admitted in this order); `within`
-(seconds it may take to become true, default 10) and `hold` (seconds it must then stay true).
+reason, e.g. InCohortReclamation), `flavor` (the ResourceFlavor its GPUs were admitted on),
+`displayed_reason` (true: what Kueue's events show equals the waiting reason derived from the
+conditions, D-SCHED-07), `gang` (true: never seen with only part of its pods released),
+`admitted_order` (these jobs were admitted in this order); `within` (seconds it may take to
+become true, default 10) and `hold` (seconds it must then stay true).
 
 Names in `objects`, `namespaces`, `jobs` and expected messages are the scenario's own: a run
 prefixes every one with `fvk-<hash>-` and labels everything it creates, so runs never collide
@@ -86,6 +87,7 @@ _EXPECT_KEYS: Final = frozenset(
         "displayed_reason",
         "gang",
         "admitted_order",
+        "flavor",
         "within",
         "hold",
     }
@@ -433,7 +435,7 @@ def _expectation(at: str, value: Any, jobs: Mapping[str, Job], criteria: set[str
         raise ScenarioError(
             f"{at}.reason: one of {', '.join(sorted(REASON_CLASSES))}, got {checks['reason']!r}"
         )
-    for key in ("message", "message_contains", "preempted_reason"):
+    for key in ("message", "message_contains", "preempted_reason", "flavor"):
         if key in checks:
             _text(f"{at}.{key}", checks[key])
     for key in ("pods", "pods_running"):

@@ -112,6 +112,30 @@ def test_eviction_and_preemption_come_from_the_history() -> None:
     assert judge(JobView(ADMITTED), evicted=True) == "job: was never evicted"
 
 
+def test_the_flavor_is_the_accelerators_flavor() -> None:
+    admitted = dict(ADMITTED)
+    admitted["status"] = {
+        **ADMITTED["status"],
+        "admission": {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "flavors": {"cpu": "fvk-000000-cpu-pool", "nvidia.com/gpu": "fvk-000000-h100"},
+                }
+            ],
+        },
+    }
+    names = {"h100": "fvk-000000-h100", "a100": "fvk-000000-a100"}
+    obs = Observation(1.0, NOW, {"job": JobView(admitted)})
+    assert check(expect(flavor="h100"), obs, History(), names, LEGACY).ok
+    miss = check(expect(flavor="a100"), obs, History(), names, LEGACY)
+    assert miss.detail == "job: admitted on flavor fvk-000000-h100, expected fvk-000000-a100"
+    assert not check(
+        expect(flavor="h100"), Observation(1.0, NOW, {"job": JobView(PENDING)}), History(), names, None
+    ).ok
+
+
 def test_verdicts_per_criterion() -> None:
     scenario = parse_scenario(shipped_files()["d-sched-01-02-quota"].read_text())
     ok = StepResult(1, "D-SCHED-01", True, "as expected", 0.2, {})
