@@ -21,6 +21,7 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from fleetval.errors import ParseError
 from fleetval.kueue.api import (
     GROUP,
     PLURALS,
@@ -31,6 +32,7 @@ from fleetval.kueue.api import (
     VERSION,
 )
 from fleetval.kueue.judge import History, JobView, Observation, PodView, StepResult, check, reason_mode
+from fleetval.kueue.parse import normalized
 from fleetval.kueue.scenario import (
     JOB_LABEL,
     RUN_LABEL,
@@ -261,10 +263,8 @@ class ScenarioRunner:
         for job in self.scenario.jobs.values():
             by_ns.setdefault(self.names[job.namespace], []).append(job)
         for ns, ns_jobs in by_ns.items():
-            workloads = {
-                w["metadata"]["name"]: w
-                for w in self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]
-            }
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]
+            workloads = {w["metadata"]["name"]: _readable(w) for w in listed}
             pods: dict[str, list[PodView]] = {}
             for pod in self.core.list_namespaced_pod(ns, label_selector=JOB_LABEL).items:
                 raw = self.api.sanitize_for_serialization(pod)
@@ -345,6 +345,15 @@ class ScenarioRunner:
                 },
             }
         )
+
+
+def _readable(workload: dict[str, Any]) -> dict[str, Any]:
+    """The Workload in the one shape the judge reads; one it cannot read is kept as it came, and
+    the expectations on it then fail on what they see."""
+    try:
+        return normalized(workload)
+    except ParseError:
+        return workload
 
 
 def _pod_json(pod: PodView) -> dict[str, Any]:
