@@ -104,6 +104,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
         from fleetval.nccl.parser import parse_nccl
 
         _emit(parse_nccl(text).to_json())
+    elif args.tool == "mig":
+        from fleetval.mig.parser import parse_mig
+
+        _emit(parse_mig(text))
     elif args.tool == "kueue":
         from fleetval.kueue.parse import parse_workload
         from fleetval.kueue.reasons import detect_mode, waiting_reason
@@ -149,6 +153,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
         except ParseError as exc:
             run = exc
         _emit(judge_nccl_to_json(run, args.baseline, args.ranks, expected_fabric=args.fabric))
+    elif args.tool == "sharing":
+        _emit({"verdicts": [_judge_sharing(text, args.node).to_json()]})
     else:
         from fleetval.xid.judge import judge_xid, judge_xid_to_json
         from fleetval.xid.parser import XidEvent, parse_xid
@@ -159,6 +165,48 @@ def cmd_judge(args: argparse.Namespace) -> int:
         except ParseError as exc:
             events = exc
         _emit(judge_xid_to_json(judge_xid(events, node=args.node)))
+    return 0
+
+
+def _judge_sharing(text: str, node: str) -> Any:
+    """D-GPU-TS-01 on a Node object (`kubectl get node -o json`); one that cannot be read is an
+    inconclusive verdict, as for any evidence."""
+    from fleetval.mig.sharing import CRITERION, RULE_ID, judge_time_slicing
+    from fleetval.records import Result, Verdict
+
+    try:
+        obj = json.loads(text)
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        labels, capacity = meta.get("labels") or {}, status.get("capacity") or {}
+        if not isinstance(labels, dict) or not isinstance(capacity, dict):
+            raise ValueError("metadata.labels and status.capacity must be mappings")
+    except (ValueError, AttributeError, RecursionError) as exc:
+        reason = f"not a Node object: {_first_line(exc)}"
+        return Verdict(CRITERION, node, Result.INCONCLUSIVE, "none", RULE_ID, reason)
+    name = node if node != "node" else str(meta.get("name") or node)
+    return judge_time_slicing(
+        name, {str(k): str(v) for k, v in labels.items()}, {str(k): str(v) for k, v in capacity.items()}
+    )
+
+
+def cmd_mig_catalog(args: argparse.Namespace) -> int:
+    from fleetval.mig.catalog import catalog
+
+    gpus = catalog()
+    if args.gpu:
+        from fleetval.mig.catalog import gpu_for
+
+        gpus = {(gpu := gpu_for(args.gpu)).name: gpu}
+    _emit({name: gpu.to_json() for name, gpu in gpus.items()})
+    return 0
+
+
+def cmd_mig_check(args: argparse.Namespace) -> int:
+    """Whether a MIG layout is allowed on a GPU; a refused layout is an answer (exit 0), not an error."""
+    from fleetval.mig.catalog import check_layout, gpu_for
+
+    gpu = gpu_for(args.gpu)
+    _emit({"gpu": gpu.name, "profiles": list(args.profiles), **check_layout(gpu, args.profiles).to_json()})
     return 0
 
 
@@ -662,12 +710,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p_parse = sub.add_parser("parse", help="parse a tool's raw output into JSON")
-    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid", "kueue"])
+    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid", "kueue", "mig"])
     p_parse.add_argument("file", help="raw output file, or - for stdin")
     p_parse.set_defaults(func=cmd_parse)
 
     p_judge = sub.add_parser("judge", help="judge a tool's raw output against policy")
-    p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid"])
+    p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid", "sharing"])
     p_judge.add_argument("file")
     p_judge.add_argument("--gate", choices=["onboarding", "weekly", "post-xid"], default="weekly")
     p_judge.add_argument("--node", default="node", type=_text(253), help="subject node name for the verdicts")
@@ -793,6 +841,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_inj.add_argument("--count", type=_int_in(1, MAX_XID_COUNT), default=1)
     p_inj.add_argument("--tag", type=_text(100), help="delivery id (same tag again delivers nothing new)")
     p_inj.set_defaults(func=cmd_sim_inject_xid)
+
+    p_mig = sub.add_parser("mig", help="the MIG profile catalog and layout checks")
+    mig_sub = p_mig.add_subparsers(dest="mig_command", required=True, parser_class=_Parser)
+    p_mig_cat = mig_sub.add_parser("catalog", help="MIG profiles per GPU (all, or --gpu)")
+    p_mig_cat.add_argument("--gpu", type=_text(253), help="a GPU name or GFD product label")
+    p_mig_cat.set_defaults(func=cmd_mig_catalog)
+    p_mig_check = mig_sub.add_parser("check", help="is this MIG layout allowed on this GPU, and why not")
+    p_mig_check.add_argument("--gpu", required=True, type=_text(253), help="a GPU name or GFD product label")
+    p_mig_check.add_argument(
+        "profiles", nargs="+", type=_text(64), help="profiles, e.g. 3g.40gb 1g.10gb 1g.10gb"
+    )
+    p_mig_check.set_defaults(func=cmd_mig_check)
 
     p_scn = sub.add_parser("scenario", help="Kueue contention scenarios (the scheduling layer)")
     scn_sub = p_scn.add_subparsers(dest="scenario_command", required=True, parser_class=_Parser)
