@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.paths import ROOT
 
 MINI = ROOT / "include" / "fleetval" / "sim" / "fleets" / "mini.yaml"
+
+# Minutes of Airflow waves: in make test-all, not in make test (CI stays under 20 min).
+pytestmark = pytest.mark.e2e_long
 
 
 def sim_run(fleet: Path, pg_url: str, cwd: Path, *options: str) -> dict[str, Any]:

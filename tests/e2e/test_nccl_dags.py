@@ -18,6 +18,8 @@ import datetime as dt
 import time
 from typing import Any
 
+import pytest
+
 from fleetval.cli import _nccl_reference_baselines
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.nccl import gate as nccl_gate
@@ -35,6 +37,9 @@ PROFILE = "NVIDIA-H100-80GB-HBM3"  # a node's profile is GPU feature discovery's
 REFERENCE = ["r01-n01", "r01-n03", "r01-n05", "r02-n02", "r02-n04", "r02-n06"]
 DRIVER = "570.172.08"
 POLICY = ("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+
+# Minutes of Airflow waves: in make test-all, not in make test (CI stays under 20 min).
+pytestmark = pytest.mark.e2e_long
 
 
 def runs(store: Store, suite: str) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fleetval.fleet.gpus import gpu_uuid
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
@@ -108,6 +110,7 @@ def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
     assert coverage["reason"] == f"{len(swept)} of {len(swept)} idle GPU nodes swept"
 
 
+@pytest.mark.e2e_long  # make test-all: the same waves as above, twice more
 def test_dry_run_and_circuit_breaker(e2e: Any) -> None:
     env = e2e(DEMO_FLEET)
     kube, airflow = env.kube, env.airflow
