@@ -206,6 +206,7 @@ class _Unit:
     owner: str  # the group's or pod's or job's name
     workload: str
     owner_uid: str = ""
+    pods: int = 0  # how many pods its pod sets hold (set at submission)
 
 
 @dataclass
@@ -412,9 +413,11 @@ def _submit(
     stored = copy.deepcopy(stored)
     stored["status"] = status
     cluster.write(_resource("workloads"), stored)
+    unit.pods = sum(ps.count for ps in pod_sets)
     state.units[key] = unit
-    kind = {"Pod": "Pod", "Job": "Job", "MPIJob": "MPIJob"}[unit.kind]
-    cluster.emit(owner, "Normal", "CreatedWorkload", f"Created Workload: {key}", f"{kind.lower()}-controller")
+    cluster.emit(
+        owner, "Normal", "CreatedWorkload", f"Created Workload: {key}", f"{unit.kind.lower()}-controller"
+    )
 
 
 def _job_finished(job: dict[str, Any]) -> str | None:
@@ -473,13 +476,9 @@ def _feed_progress(cluster: SimKubeCluster, state: SimKueue) -> None:
                 model.finish(key, reason=ended)
                 continue
         running = [p for p in pods if p["status"].get("phase") in ("Running", "Succeeded")]
-        wanted = sum(ps.count for ps in _pod_sets_of(model, key))
+        wanted = unit.pods
         if model.is_admitted(key) and running and (unit.kind != "Pod" or len(running) >= wanted):
             model.mark_pods_ready(key)
-
-
-def _pod_sets_of(model: KueueModel, key: str) -> list[PodSet]:
-    return [PodSet(ps["name"], int(ps["count"])) for ps in model.workload(key)["spec"]["podSets"]]
 
 
 def _forget(cluster: SimKubeCluster, state: SimKueue, key: str) -> None:
