@@ -19,6 +19,7 @@ import yaml
 from fleetval.errors import ParseError
 
 MAX_CHARS: Final = 4 * 1024 * 1024
+MAX_DEPTH: Final = 64
 _ELISION: Final = re.compile(r"^\s*(\.\.\.|…)\s*$")
 _DESCRIBE_KEY: Final = re.compile(r"^(?P<indent> *)(?P<key>[A-Z][A-Za-z ]*):(?:\s+(?P<value>.*?))?\s*$")
 _CONDITION_FIELDS: Final = {
@@ -37,6 +38,8 @@ def parse_workload(text: str) -> dict[str, Any]:
         raise ParseError("kueue", f"a Workload of {len(text)} characters is over the {MAX_CHARS} limit")
     if "\x00" in text:
         raise ParseError("kueue", "binary data, not a Workload")
+    if _bracket_depth(text) > MAX_DEPTH:  # the YAML and JSON loaders recurse per level
+        raise ParseError("kueue", f"nested deeper than {MAX_DEPTH} levels: not a Workload")
     if re.search(r"^(Status|Events):\s*$", text, re.MULTILINE) or re.search(
         r"^Name:\s+\S", text, re.MULTILINE
     ):
@@ -44,7 +47,7 @@ def parse_workload(text: str) -> dict[str, Any]:
     kept = "\n".join(line for line in text.splitlines() if not _ELISION.match(line))
     try:
         data = json.loads(kept) if kept.lstrip().startswith("{") else yaml.safe_load(kept)
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:
         raise ParseError("kueue", f"not a Workload object: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ParseError("kueue", "not a Workload object: expected a mapping")
@@ -56,8 +59,9 @@ def parse_workload(text: str) -> dict[str, Any]:
 def normalized(data: Mapping[str, Any]) -> dict[str, Any]:
     """Conditions as a list of string-valued mappings; v1alpha2's Admitted read as QuotaReserved."""
     status = data.get("status")
-    if status is not None and not isinstance(status, dict):
-        raise ParseError("kueue", "status: expected a mapping")
+    for key in ("status", "spec", "metadata"):
+        if data.get(key) is not None and not isinstance(data.get(key), dict):
+            raise ParseError("kueue", f"{key}: expected a mapping")
     conditions = (status or {}).get("conditions") or []
     if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
         raise ParseError("kueue", "status.conditions: expected a list of conditions")
@@ -147,3 +151,15 @@ def _events_table(lines: list[str]) -> list[dict[str, str]]:
             row[name.lower()] = line[start:end].strip()
         events.append(row)
     return events
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of [ and { (strings not told apart: an over-estimate, in one pass)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest

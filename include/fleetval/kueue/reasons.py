@@ -58,8 +58,12 @@ def reason_matches(reason_class: str, reason: str, mode: str | None) -> bool:
     return reason in (legacy, granular)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _conditions(wl: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    status = wl.get("status") or {}
+    status = _mapping(wl.get("status"))
     return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
 
 
@@ -86,9 +90,10 @@ def _time(text: Any) -> dt.datetime | None:
     if not isinstance(text, str):
         return None
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 def waiting_reason(wl: Mapping[str, Any], now: dt.datetime) -> WaitingReason:
@@ -97,8 +102,7 @@ def waiting_reason(wl: Mapping[str, Any], now: dt.datetime) -> WaitingReason:
     admission checks, in requeue backoff, pending (the QuotaReserved message verbatim), queued
     but never evaluated (no condition yet: not an error)."""
     c = _conditions(wl)
-    spec = wl.get("spec") or {}
-    status = wl.get("status") or {}
+    spec, status = _mapping(wl.get("spec")), _mapping(wl.get("status"))
 
     def of(kind: str) -> tuple[str | None, str | None]:
         cond = c.get(kind) or {}
@@ -114,7 +118,8 @@ def waiting_reason(wl: Mapping[str, Any], now: dt.datetime) -> WaitingReason:
         return WaitingReason("Admitted", "Admitted", of("Admitted")[1])
     if _true(c.get("QuotaReserved")):
         return WaitingReason("WaitingForAdmissionChecks", *of("Admitted"))
-    requeue_at = _time((status.get("requeueState") or {}).get("requeueAt"))
+    requeue = status.get("requeueState")
+    requeue_at = _time(requeue.get("requeueAt")) if isinstance(requeue, Mapping) else None
     if requeue_at is not None and requeue_at > now:
         return WaitingReason("Backoff", of("Requeued")[0], f"requeue at {requeue_at:%Y-%m-%dT%H:%M:%SZ}")
     if (c.get("QuotaReserved") or {}).get("status") == "False":
