@@ -6,14 +6,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
+TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv lint typecheck test test-all postgres demo demo-once demo-kueue bench fuzz clean
+.PHONY: venv lint typecheck test test-all postgres demo demo-once demo-kueue demo-drill bench fuzz clean
 
-$(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml
+$(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml jobs/ckpt-reference/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip uv
 	$(BIN)/uv pip install -q -p $(BIN)/python -r constraints-3.11.txt
 	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e .
+	# The checkpoint drill's reference job (its own package; not in the Airflow image): PyTorch's
+	# CPU build. pip, not uv: pip finds a local wheel where the machine has one. Elsewhere, add
+	# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu to get the CPU build, not CUDA's.
+	$(BIN)/pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e jobs/ckpt-reference
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -59,6 +65,10 @@ demo: $(STAMP)
 # The Kueue contention scenarios on a simulated cluster (no Airflow, no database): verdicts as JSON.
 demo-kueue: $(STAMP)
 	$(BIN)/fleetval scenario run
+
+# The checkpoint drill on this machine: the reference job killed mid-save, preempted, corrupted.
+demo-drill: $(STAMP)
+	$(BIN)/fleetval drill run
 
 demo-once: $(STAMP)
 	$(BIN)/python scripts/demo.py --exit-after-summary

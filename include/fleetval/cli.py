@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from fleetval.ckpt.contract import FAULTS as CKPT_FAULTS
 from fleetval.errors import FleetvalError, ParseError
 
 if TYPE_CHECKING:
@@ -207,6 +208,43 @@ def cmd_mig_check(args: argparse.Namespace) -> int:
 
     gpu = gpu_for(args.gpu)
     _emit({"gpu": gpu.name, "profiles": list(args.profiles), **check_layout(gpu, args.profiles).to_json()})
+    return 0
+
+
+def cmd_drill_run(args: argparse.Namespace) -> int:
+    """The checkpoint drill on this machine with the reference job (or a contract-following
+    command). A defect the drill finds is a verdict (exit 0); a drill that cannot run is an error."""
+    import shlex
+    import tempfile
+    import time
+
+    from fleetval.ckpt.drill import DrillPlan, fault_flags
+    from fleetval.ckpt.judge import judge_drill
+    from fleetval.ckpt.local import LocalDrill, job_available
+
+    faults = fault_flags(args.fault)
+    plan = (
+        DrillPlan.for_steps(args.steps, grace_s=args.grace) if args.steps else DrillPlan(grace_s=args.grace)
+    )
+    if (missing := job_available()) is not None:
+        raise FleetvalError(missing)
+    command = tuple(shlex.split(args.command)) if args.command else ()
+    if command and faults:
+        raise FleetvalError("--fault breaks the reference job on purpose; not with --command")
+    with tempfile.TemporaryDirectory(prefix="fleetval-drill-") as scratch:
+        root = Path(args.dir) if args.dir else Path(scratch)
+        started = time.monotonic()
+        subject = f"{'command' if command else 'reference-job'}@local"
+        evidence = LocalDrill(plan, root, faults, command, subject).run()
+        verdicts = judge_drill(evidence)
+        _emit(
+            {
+                "plan": plan.to_json(),
+                "faults": [f"ckpt.{f}" for f in faults],
+                "wall_s": round(time.monotonic() - started, 2),
+                "verdicts": [v.to_json() for v in verdicts],
+            }
+        )
     return 0
 
 
@@ -882,6 +920,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--kueue-namespace", type=_text(63), default="kueue-system", help="where Kueue's manager runs"
     )
     p_scn_run.set_defaults(func=cmd_scenario_run)
+
+    p_drill = sub.add_parser("drill", help="checkpoint save/resume drills (the job layer)")
+    drill_sub = p_drill.add_subparsers(dest="drill_command", required=True, parser_class=_Parser)
+    p_drill_run = drill_sub.add_parser(
+        "run", help="run the checkpoint drill here with the reference job; prints D-JOB-CKPT verdicts"
+    )
+    p_drill_run.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=[f"ckpt.{f}" for f in CKPT_FAULTS],
+        help="break the reference job on purpose (repeatable)",
+    )
+    p_drill_run.add_argument(
+        "--steps", type=_int_in(6, 100_000), help="steps per run (default 150; saves every third of it)"
+    )
+    p_drill_run.add_argument(
+        "--grace", type=_number_in(0.5, 3600.0), default=30.0, help="SIGTERM grace period, s (default 30)"
+    )
+    p_drill_run.add_argument(
+        "--command", type=_text(4096), help="drill this command instead (it must follow the drill contract)"
+    )
+    p_drill_run.add_argument(
+        "--dir", type=_text(4096), help="checkpoint directories here (default: a temporary one)"
+    )
+    p_drill_run.set_defaults(func=cmd_drill_run)
 
     p_ver = sub.add_parser("verdicts", help="show the verdicts of a run (default: the latest)")
     p_ver.add_argument("--db", required=True, type=_db_url)

@@ -1,0 +1,1 @@
+"""The job layer: checkpoint save/resume drills (D-JOB-CKPT-01..07)."""
