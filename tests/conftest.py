@@ -41,6 +41,7 @@ RBAC_FLOWS = (
     "test_rollout_halt.py",
     "test_probe_pod.py",
     "test_scenarios_on_sim.py",
+    "test_ckpt_drill_dag.py",
 )
 
 
@@ -169,6 +170,7 @@ def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(
         "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
     )
+    monkeypatch.setenv("FLEETVAL_SIM_VOLUMES", str(tmp_path / "volumes"))  # claims of running pods
 
     def start(path: pathlib.Path = DEMO_FLEET, time_scale: float = 0.0) -> SimKube:
         spec = load_fleet_spec(path.read_text())

@@ -27,6 +27,7 @@ class Tag(enum.StrEnum):
     LAYER_DEVICE = "layer:device"
     LAYER_NETWORK = "layer:network"
     LAYER_SCHEDULING = "layer:scheduling"
+    LAYER_JOB = "layer:job"
     SCHEDULE_WEEKLY = "schedule:weekly"
     SCHEDULE_EVENT = "schedule:event"
     SCHEDULE_MANUAL = "schedule:manual"

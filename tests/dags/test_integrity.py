@@ -19,11 +19,13 @@ EXPECTED_DAGS = {
     "post_upgrade_nccl_sweep_wave",
     "baseline_backfill",
     "kueue_contention",
+    "checkpoint_resume_drill",
 }
 ALLOWED_TAGS = {
     "layer:device",
     "layer:network",
     "layer:scheduling",
+    "layer:job",
     "schedule:weekly",
     "schedule:event",
     "schedule:manual",

@@ -23,6 +23,8 @@ from fleetval.errors import FleetvalError
 
 REFERENCE: Final = "reference"
 RESUME_SUFFIX: Final = ".resume"
+DEFAULT_STEPS: Final = 150
+DEFAULT_GRACE_S: Final = 30.0
 
 
 class DrillPlanError(FleetvalError):
@@ -31,12 +33,12 @@ class DrillPlanError(FleetvalError):
 
 @dataclass(frozen=True, slots=True)
 class DrillPlan:
-    steps: int = 150
+    steps: int = DEFAULT_STEPS
     save_every: int = 50
     kill_in_save_at: int = 100
     hold_at_step: int = 75
     corrupt_after: int = 100
-    grace_s: float = 30.0
+    grace_s: float = DEFAULT_GRACE_S
     seed: int = 0
     run_timeout_s: float = 600.0
 

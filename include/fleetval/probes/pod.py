@@ -19,6 +19,7 @@ from fleetval.nodes import MAINTENANCE_TAINT
 
 NAMESPACE: Final = "fleetval"
 PROBE_LABEL: Final = "fleetval.io/probe"
+CLAIM_MOUNT: Final = "/ckpt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,9 @@ class ProbeSpec:
     reported_exit_codes: tuple[int, ...] = (0,)
     capabilities: tuple[str, ...] = ()
     shm_size: str | None = None  # a memory-backed /dev/shm of this size (NCCL needs more than 64 MiB)
+    claim: str | None = (
+        None  # a PersistentVolumeClaim mounted at CLAIM_MOUNT (the checkpoint drill's storage)
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +56,7 @@ class ProbeSpec:
             "reported_exit_codes": list(self.reported_exit_codes),
             "capabilities": list(self.capabilities),
             "shm_size": self.shm_size,
+            "claim": self.claim,
         }
 
     @classmethod
@@ -70,6 +75,7 @@ class ProbeSpec:
             reported_exit_codes=tuple(data.get("reported_exit_codes") or (0,)),
             capabilities=tuple(data.get("capabilities") or ()),
             shm_size=data.get("shm_size"),
+            claim=data.get("claim"),
         )
 
 
@@ -98,6 +104,14 @@ def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
             )
         )
         mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
+    if spec.claim:
+        volumes.append(
+            k8s.V1Volume(
+                name="storage",
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=spec.claim),
+            )
+        )
+        mounts.append(k8s.V1VolumeMount(name="storage", mount_path=CLAIM_MOUNT))
     return {
         "name": pod_name(spec),
         "namespace": NAMESPACE,
@@ -130,6 +144,8 @@ def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
             ),
             allow_privilege_escalation=False,
         ),
+        # The drill image runs as user 1000: the claim's files must be its group's to write.
+        **({"security_context": k8s.V1PodSecurityContext(fs_group=1000)} if spec.claim else {}),
         "service_account_name": "fleetval-probe",
         "termination_message_policy": "FallbackToLogsOnError",
         "get_logs": True,

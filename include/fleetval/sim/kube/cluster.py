@@ -32,10 +32,12 @@ import hashlib
 import json
 import math
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import Engine
@@ -54,7 +56,7 @@ from fleetval.k8s.validation import (
     validate_core,
 )
 from fleetval.sim.images import ContainerContext, ContainerResult, run_container
-from fleetval.sim.kube import gpu_operator, kueue
+from fleetval.sim.kube import gpu_operator, kueue, processes
 from fleetval.sim.kube.affinity import has_required_anti_affinity, inter_pod_affinity_reason
 from fleetval.sim.kube.controllers import run_controllers
 from fleetval.sim.kube.jobs import default_job, job_errors
@@ -73,6 +75,7 @@ DEFAULT_NAMESPACES: Final = (
     "kueue-system",
 )
 WATCH_LOG_SIZE: Final = 100_000
+ENDED_LOGS_KEPT: Final = 256
 MAX_EVENTS: Final = 50_000
 GPU: Final = "nvidia.com/gpu"
 PROPAGATION_POLICIES: Final = ("Foreground", "Background", "Orphan")
@@ -102,6 +105,10 @@ class Run:
     ends: float
     output: str
     exit_code: int
+    # A container that really runs (sim/kube/processes.py): its process, and its lines with the
+    # time the kubelet read each. Not kept in the store: a restarted server has lost its processes.
+    live: Any = None
+    stamped: list[tuple[float, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +127,8 @@ class Run:
 
     def lines(self) -> list[tuple[float, str]]:
         """Output lines with the time each was printed (spread over the run)."""
+        if self.stamped is not None:
+            return list(self.stamped)
         lines = self.output.splitlines()
         span = max(0.0, self.ends - self.started) if math.isfinite(self.ends) else 0.0
         n = max(1, len(lines))
@@ -178,6 +187,13 @@ class SimKubeCluster:
     _reconciling: bool = False
     _controllers_rv: int = -1
     _controllers_due: float = 0.0
+    volume_root: Path | None = None  # where volumes of really-running containers live
+    _terminating: dict[Key, float] = field(default_factory=dict)  # pod → when its grace period ends
+    # The last lines of really-running pods already deleted, for a `logs -f` that was following
+    # them: a runtime delivers a container's last lines before the stream closes.
+    _ended_logs: collections.OrderedDict[Key, list[tuple[float, str]]] = field(
+        default_factory=collections.OrderedDict
+    )
 
     # --- start ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -286,7 +302,13 @@ class SimKubeCluster:
     def _remove(self, res: Resource, key: Key) -> dict[str, Any]:
         obj = self.objects.pop(key)
         self._by_resource[key[0]].pop(key, None)
-        self.runs.pop(key, None)
+        run = self.runs.pop(key, None)
+        if run is not None and run.live is not None:
+            run.live.send(signal.SIGKILL)  # a pod removed by other means (GC, its namespace) stops now
+            self._ended_logs[key] = run.lines()
+            while len(self._ended_logs) > ENDED_LOGS_KEPT:
+                self._ended_logs.popitem(last=False)
+        self._terminating.pop(key, None)
         self._pending.discard(key)
         self._active.discard(key)
         self._foreground.discard(key)
@@ -456,6 +478,8 @@ class SimKubeCluster:
             default_job(obj)
         elif res.kind == "MPIJob":
             kueue.suspend_new_job(obj)
+        elif res.kind == "PersistentVolumeClaim":
+            _bind_claim(obj)
         elif res.kind == "Event" and not dry_run:
             self._trim_events()
         if dry_run:
@@ -542,8 +566,11 @@ class SimKubeCluster:
         *,
         propagation: str | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> dict[str, Any]:
-        """Delete an object; what it owns goes by `propagation` (see the module doc)."""
+        """Delete an object; what it owns goes by `propagation` (see the module doc). A pod whose
+        container really runs gets its grace period: SIGTERM now, SIGKILL when it ends, and the pod
+        stays (with a deletionTimestamp) until the process has exited."""
         if propagation is not None and propagation not in PROPAGATION_POLICIES:
             raise invalid_error(
                 "DeleteOptions",
@@ -559,6 +586,9 @@ class SimKubeCluster:
                 raise self._not_found(res, name)
             if dry_run:
                 return copy.deepcopy(obj)
+            if res.kind == "Pod" and self._graceful(key, obj, grace_period):
+                self._flush()
+                return copy.deepcopy(self.objects[key])
             # batch/v1 Jobs keep the old default of orphaning their pods (jobStrategy).
             policy = propagation or ("Orphan" if res.kind == "Job" else "Background")
             uid = str(obj["metadata"].get("uid") or "")
@@ -587,6 +617,37 @@ class SimKubeCluster:
             self._collect_garbage()
             self._flush()
             return copy.deepcopy(removed)
+
+    def _graceful(self, key: Key, pod: dict[str, Any], grace_period: int | None) -> bool:
+        """Start a running process's termination (lock held); False when the pod goes at once."""
+        run = self.runs.get(key)
+        if run is None or run.live is None or pod["status"].get("phase") in TERMINAL:
+            return False
+        grace = pod["spec"].get("terminationGracePeriodSeconds", 30) if grace_period is None else grace_period
+        now = self.clock()
+        if grace <= 0:
+            run.live.send(signal.SIGKILL)
+            self._terminating.pop(key, None)
+            return False
+        deadline = now + float(grace)
+        if key in self._terminating:  # a second delete can only shorten the grace period
+            self._terminating[key] = min(self._terminating[key], deadline)
+            return True
+        run.live.send(signal.SIGTERM)
+        self._terminating[key] = deadline
+        marked = copy.deepcopy(pod)
+        marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
+        marked["metadata"]["deletionGracePeriodSeconds"] = int(grace)
+        self._put(by_kind("Pod"), marked, kind="MODIFIED")
+        self._event(
+            marked,
+            "Normal",
+            "Killing",
+            f"Stopping container {pod['spec']['containers'][0]['name']}",
+            "kubelet",
+            now,
+        )
+        return True
 
     def _erase(self, res: Resource, key: Key) -> dict[str, Any]:
         """Remove an object now (lock held); a namespace takes its objects along."""
@@ -915,6 +976,19 @@ class SimKubeCluster:
             if spec.get("schedulingGates"):
                 self._gated(pod, now)
                 continue
+            missing = [
+                claim
+                for v in spec.get("volumes") or []
+                if (claim := (v.get("persistentVolumeClaim") or {}).get("claimName"))
+                and ("v1/persistentvolumeclaims", key[1], claim) not in self.objects
+            ]
+            if missing:  # the VolumeBinding plugin's PreFilter: no node is even looked at
+                message = (
+                    f'0/{len(nodes)} nodes are available: persistentvolumeclaim "{missing[0]}" not found. '
+                    + scheduling.preemption_message(len(nodes))
+                )
+                self._unschedulable(key, pod, len(nodes), collections.Counter(), now, message=message)
+                continue
             pinned = spec.get("nodeName")
             if pinned:
                 candidates = [pinned] if pinned in nodes else []
@@ -971,9 +1045,16 @@ class SimKubeCluster:
         return by_node
 
     def _unschedulable(
-        self, key: Key, pod: dict[str, Any], total: int, reasons: collections.Counter[str], now: float
+        self,
+        key: Key,
+        pod: dict[str, Any],
+        total: int,
+        reasons: collections.Counter[str],
+        now: float,
+        *,
+        message: str = "",
     ) -> None:
-        message = scheduling.fit_error_message(total, dict(reasons))
+        message = message or scheduling.fit_error_message(total, dict(reasons))
         conditions = pod["status"].setdefault("conditions", [])
         current = next((c for c in conditions if c["type"] == "PodScheduled"), None)
         if current and current.get("message") == message:
@@ -1045,16 +1126,18 @@ class SimKubeCluster:
         # A JSON null in a string list decodes to "" on a real server.
         command = ["" if a is None else str(a) for a in container.get("command") or []]
         args = ["" if a is None else str(a) for a in container.get("args") or []]
-        try:
-            result: ContainerResult = run_container(
-                str(container.get("image", "")), command, args, ctx, self.spec
-            )
-        except Exception as exc:  # a simulator bug fails this container, not the kubelet of every pod
-            message = f"fleetval-sim: the simulated runtime failed: {type(exc).__name__}: {exc}"
-            result = ContainerResult(message + "\n", 128, 0.0)
-        # A process that never exits by itself (`sleep infinity`, a server) runs until deleted.
-        took = result.duration_s * self.time_scale if math.isfinite(result.duration_s) else math.inf
-        self.runs[key] = Run(node, gpus, now, now + took, result.output, result.exit_code)
+        image = str(container.get("image", ""))
+        if processes.runs_as_process(image):
+            self.runs[key] = self._start_process(key, pod, container, command, args, node, gpus, now)
+        else:
+            try:
+                result: ContainerResult = run_container(image, command, args, ctx, self.spec)
+            except Exception as exc:  # a simulator bug fails this container, not the kubelet of every pod
+                message = f"fleetval-sim: the simulated runtime failed: {type(exc).__name__}: {exc}"
+                result = ContainerResult(message + "\n", 128, 0.0)
+            # A process that never exits by itself (`sleep infinity`, a server) runs until deleted.
+            took = result.duration_s * self.time_scale if math.isfinite(result.duration_s) else math.inf
+            self.runs[key] = Run(node, gpus, now, now + took, result.output, result.exit_code)
         for c in pod["spec"]["containers"]:
             self._event(
                 pod,
@@ -1084,6 +1167,38 @@ class SimKubeCluster:
         self.runs[key].started = now
         self._put(by_kind("Pod"), pod)
         self._progress(key, pod, now)
+
+    def _start_process(
+        self,
+        key: Key,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        command: list[str],
+        args: list[str],
+        node: str,
+        gpus: list[int],
+        now: float,
+    ) -> Run:
+        root = self.volume_root or processes.default_volume_root(self.spec.name)
+        log_path = root / ".logs" / f"{pod['metadata']['uid']}.log"
+        faults = tuple(f.kind for f in self.spec.cluster_faults("job"))
+        started = processes.start(pod, container, command, args, root, log_path, faults)
+        if isinstance(started, processes.StartFailure):
+            return Run(node, gpus, now, now, started.message + "\n", started.exit_code)
+        return Run(node, gpus, now, math.inf, "", 0, live=started, stamped=[])
+
+    def _pump(self, run: Run, now: float) -> int | None:
+        """Read what a running process printed since the last look; its exit code once it ended."""
+        code = run.live.exit_code()
+        text = run.live.output()
+        fresh = text[len(run.output) :]
+        if code is None:
+            fresh = fresh[: fresh.rfind("\n") + 1]  # a partial line waits for its end
+        if fresh:
+            run.output += fresh
+            assert run.stamped is not None
+            run.stamped.extend((now, line) for line in fresh.splitlines())
+        return code  # type: ignore[no-any-return]
 
     def _peers(self, pod: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """For an MPIJob launcher: its workers' nodes and GPUs, in rank order."""
@@ -1126,6 +1241,19 @@ class SimKubeCluster:
 
     def _progress(self, key: Key, pod: dict[str, Any], now: float) -> None:
         run = self.runs[key]
+        if run.live is not None and not math.isfinite(run.ends):
+            code = self._pump(run, now)
+            if code is not None:
+                run.ends, run.exit_code = now, code
+            elif key in self._terminating and now >= self._terminating[key]:
+                run.live.send(signal.SIGKILL)  # the grace period is over
+            if key in self._terminating and code is not None:
+                self._terminating.pop(key)
+                reason = "Completed" if code == 0 else "Error"
+                self._terminate(key, pod, now, exit_code=code, reason=reason)
+                self._remove(by_kind("Pod"), key)  # the kubelet confirms; the API server deletes
+                self._collect_garbage()
+                return
         # activeDeadlineSeconds counts from the pod's start on its node, in simulated seconds: an
         # unscheduled pod has no start, so its deadline never fires (as on a real cluster).
         deadline = pod["spec"].get("activeDeadlineSeconds")
@@ -1252,6 +1380,11 @@ class SimKubeCluster:
             now = self.clock()
             ended = pod["status"]["phase"] in TERMINAL or key not in self._active
             return [(t, line) for t, line in run.lines() if ended or t <= now], ended
+
+    def ended_log_lines(self, namespace: str, name: str) -> list[tuple[float, str]]:
+        """All lines of a really-running pod deleted since a follower last looked ([] if none)."""
+        with self.lock:
+            return list(self._ended_logs.get(("v1/pods", namespace, name), []))
 
     # --- events and watch -----------------------------------------------------------------------
     def _event(
@@ -1387,6 +1520,21 @@ def _resource_of(key: str) -> Resource:
 def _requests(container: dict[str, Any]) -> dict[str, Any]:
     resources = container.get("resources") or {}
     return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def _bind_claim(claim: dict[str, Any]) -> None:
+    """A claim is bound at once to a volume of the size it asks (a provisioner with Immediate
+    binding); the volume is a directory the really-running containers share."""
+    spec = claim.setdefault("spec", {})
+    spec.setdefault("volumeMode", "Filesystem")
+    spec["volumeName"] = f"pvc-{claim['metadata']['uid']}"
+    claim["status"] = {
+        "phase": "Bound",
+        "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+        "capacity": {
+            "storage": str(((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi"))
+        },
+    }
 
 
 def _qos_class(spec: dict[str, Any]) -> str:

@@ -54,6 +54,7 @@ CORE: Final = (
     Resource("", "v1", "configmaps", "ConfigMap", True, strategic=True),
     Resource("", "v1", "secrets", "Secret", True, strategic=True),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, strategic=True),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, strategic=True),
     Resource("batch", "v1", "jobs", "Job", True, strategic=True),
     # Stored only (no controller runs them): Kueue's own, so a client can read the version it claims.
     Resource("apps", "v1", "deployments", "Deployment", True, strategic=True),

@@ -294,7 +294,11 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(options, dict) and options.get("dryRun"):
                 dry_run = _dry_run(method, {"dryRun": ",".join(map(str, options["dryRun"]))})
             propagation = _propagation(options, query)
-            self._send_json(200, cluster.delete(res, ns, name, propagation=propagation, dry_run=dry_run))
+            grace = _grace_period(options, query)
+            self._send_json(
+                200,
+                cluster.delete(res, ns, name, propagation=propagation, dry_run=dry_run, grace_period=grace),
+            )
         else:
             raise _method_not_allowed()
 
@@ -350,8 +354,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(TICK_S)
             try:
                 current, ended = cluster.log_lines(namespace, name, container)
-            except ApiError:
-                break  # the pod was deleted: the stream ends, as kubectl logs -f does
+            except ApiError:  # the pod was deleted: its last lines, then the stream ends (kubectl logs -f)
+                emit(cluster.ended_log_lines(namespace, name)[sent:])
+                break
             emit(current[sent:])
             sent = len(current)
         self._end_stream()
@@ -383,6 +388,13 @@ def _propagation(options: Any, query: dict[str, str]) -> str | None:
     if orphan is None:
         return None
     return "Orphan" if orphan is True or str(orphan).lower() == "true" else "Background"
+
+
+def _grace_period(options: Any, query: dict[str, str]) -> int | None:
+    """DeleteOptions' gracePeriodSeconds (the body's, else the query's); None: the pod's own."""
+    options = options if isinstance(options, dict) else {}
+    value = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+    return None if value is None else _int(str(value), "gracePeriodSeconds")
 
 
 def _int(text: str | None, name: str) -> int:

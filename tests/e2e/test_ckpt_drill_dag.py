@@ -1,0 +1,41 @@
+"""End to end: `checkpoint_resume_drill` on a running Airflow 3 against the simulated cluster,
+whose drill pods really run the reference job on a claim's directory. The kill and the
+preemption are pod deletions through the API. (A faulty job through the simulated kubelet:
+tests/fleetval/sim/test_kube_processes.py; every fault through the drill: tests/fleetval/ckpt.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fleetval.ckpt.local import job_available
+from tests.paths import DEMO_FLEET
+
+pytestmark = pytest.mark.skipif(job_available() is not None, reason=str(job_available()))
+CONF = {"steps": 60}  # saves every 20 steps: the save share is over budget, the rest is exact
+
+
+def _drill(env: Any) -> tuple[str, dict[str, dict[str, Any]]]:
+    run_id = env.airflow.trigger("checkpoint_resume_drill", CONF)
+    state = env.airflow.wait_run("checkpoint_resume_drill", run_id, timeout_s=600)
+    verdicts = {
+        v["criterion"]: v for v in env.kube.store.verdicts() if v["criterion"].startswith("D-JOB-CKPT")
+    }
+    return str(state), verdicts
+
+
+def test_the_drill_runs_as_pods_and_judges_the_reference_job(e2e: Any) -> None:
+    env = e2e(DEMO_FLEET)
+    state, verdicts = _drill(env)
+    results = {c: v["result"] for c, v in verdicts.items()}
+    assert results == {f"D-JOB-CKPT-0{i}": "fail" if i == 5 else "pass" for i in range(1, 8)}, verdicts
+    assert state == "failed"  # the judge task fails on the save-time finding, with the reason in its log
+    assert "a save costs" in verdicts["D-JOB-CKPT-05"]["reason"]
+    preemption = verdicts["D-JOB-CKPT-07"]["evidence"]["scenarios"]["sigterm"]
+    assert preemption["signal_at_step"] == 30 and preemption["resumed_from"] == 30
+    assert preemption["exit_code"] == 0 and preemption["seconds_to_exit"] < 30
+    atomic = verdicts["D-JOB-CKPT-04"]["evidence"]["scenarios"]["kill_in_save"]
+    assert atomic["latest"] == "step-00000020" and atomic["killed_at_step"] == 40
+    pvc = env.kube.core.read_namespaced_persistent_volume_claim("fleetval-ckpt-drill", "fleetval")
+    assert pvc.status.phase == "Bound"
