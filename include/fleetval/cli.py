@@ -109,6 +109,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         from fleetval.mig.parser import parse_mig
 
         _emit(parse_mig(text))
+    elif args.tool == "gpu-operator":
+        _emit(_parse_gpu_operator(text))
     elif args.tool == "kueue":
         from fleetval.kueue.parse import parse_workload
         from fleetval.kueue.reasons import detect_mode, waiting_reason
@@ -156,6 +158,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
         _emit(judge_nccl_to_json(run, args.baseline, args.ranks, expected_fabric=args.fabric))
     elif args.tool == "sharing":
         _emit({"verdicts": [_judge_sharing(text, args.node).to_json()]})
+    elif args.tool == "operator":
+        _emit({"verdicts": [_judge_operator(text, args).to_json()]})
     else:
         from fleetval.xid.judge import judge_xid, judge_xid_to_json
         from fleetval.xid.parser import XidEvent, parse_xid
@@ -167,6 +171,57 @@ def cmd_judge(args: argparse.Namespace) -> int:
             events = exc
         _emit(judge_xid_to_json(judge_xid(events, node=args.node)))
     return 0
+
+
+def _parse_gpu_operator(text: str) -> dict[str, Any]:
+    """Whichever GPU Operator output this is: operand pods, the controller's log, readiness
+    markers, or a validator container's log (tried in that order)."""
+    from fleetval.gpu_operator import parse
+
+    try:
+        return {"kind": "pods", "pods": [p.to_json() for p in parse.parse_operand_pods(text)]}
+    except ParseError:
+        pass
+    try:
+        return {"kind": "controller", **parse.parse_operator_log(text).to_json()}
+    except ParseError:
+        pass
+    if markers := parse.parse_markers(text):
+        return {"kind": "markers", "markers": sorted(markers)}
+    log = parse.parse_validator_log(text)
+    if log.outcome == "unknown":
+        raise ParseError(
+            "gpu-operator", "not operand pods, a controller log, markers or a validator log", text
+        )
+    return {"kind": "validator", **log.to_json()}
+
+
+def _judge_operator(text: str, args: argparse.Namespace) -> Any:
+    """D-OP-01 from the operand pods (FILE) and, when given, markers, the controller's log and
+    validator logs; unreadable pods are an inconclusive verdict."""
+    from fleetval.gpu_operator import parse
+    from fleetval.gpu_operator.judge import CRITERION, RULE_ID, judge_operands
+    from fleetval.records import Result, Verdict
+
+    try:
+        pods = parse.parse_operand_pods(text)
+    except ParseError as exc:
+        return Verdict(CRITERION, args.node, Result.INCONCLUSIVE, "none", RULE_ID, f"operand pods: {exc}")
+    validator = {}
+    for item in args.validator_log:
+        container, sep, path = item.partition("=")
+        if not sep or not container or not path:
+            raise FleetvalError(
+                f"--validator-log {item!r}: use CONTAINER=FILE, e.g. driver-validation=log.txt"
+            )
+        validator[container] = parse.parse_validator_log(_read(path))
+    return judge_operands(
+        args.node,
+        pods,
+        markers=parse.parse_markers(_read(args.markers)) if args.markers else None,
+        operator_log=parse.parse_operator_log(_read(args.operator_log)) if args.operator_log else None,
+        validator_logs=validator or None,
+    )
 
 
 def _judge_sharing(text: str, node: str) -> Any:
@@ -748,12 +803,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p_parse = sub.add_parser("parse", help="parse a tool's raw output into JSON")
-    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid", "kueue", "mig"])
+    p_parse.add_argument("tool", choices=["dcgm", "nccl", "xid", "kueue", "mig", "gpu-operator"])
     p_parse.add_argument("file", help="raw output file, or - for stdin")
     p_parse.set_defaults(func=cmd_parse)
 
     p_judge = sub.add_parser("judge", help="judge a tool's raw output against policy")
-    p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid", "sharing"])
+    p_judge.add_argument("tool", choices=["dcgm", "nccl", "xid", "sharing", "operator"])
     p_judge.add_argument("file")
     p_judge.add_argument("--gate", choices=["onboarding", "weekly", "post-xid"], default="weekly")
     p_judge.add_argument("--node", default="node", type=_text(253), help="subject node name for the verdicts")
@@ -768,6 +823,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus",
         type=_int_in(1, MAX_GPUS),
         help="dcgm: the node's GPU count; a report that does not cover every GPU cannot pass",
+    )
+    p_judge.add_argument("--markers", type=_text(4096), help="operator: `ls /run/nvidia/validations` output")
+    p_judge.add_argument("--operator-log", type=_text(4096), help="operator: the gpu-operator pod's log")
+    p_judge.add_argument(
+        "--validator-log",
+        action="append",
+        default=[],
+        type=_text(4096),
+        help="operator: CONTAINER=FILE, a validation container's log (repeatable)",
     )
     p_judge.set_defaults(func=cmd_judge)
 

@@ -20,7 +20,7 @@ LEVELS: list[set[str]] = [
     {"__init__", "errors", "records", "criteria"},
     {"nodes", "fleet", "policy", "k8s", "store"},
     {"probes", "remediation"},
-    {"nvidia_smi", "dcgm", "xid", "nccl", "kueue", "mig", "ckpt"},
+    {"nvidia_smi", "dcgm", "xid", "nccl", "kueue", "mig", "ckpt", "gpu_operator"},
     {"sim"},
     {"settings", "cli"},
 ]
