@@ -12,7 +12,10 @@ import pytest
 from fleetval.ckpt.local import job_available
 from tests.paths import DEMO_FLEET
 
-pytestmark = pytest.mark.skipif(job_available() is not None, reason=str(job_available()))
+pytestmark = [
+    pytest.mark.skipif(job_available() is not None, reason=str(job_available())),
+    pytest.mark.e2e_long,  # about 100-200 s on 2 cores: make test-all
+]
 CONF = {"steps": 60}  # saves every 20 steps: the save share is over budget, the rest is exact
 
 

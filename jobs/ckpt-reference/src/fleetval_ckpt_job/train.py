@@ -397,7 +397,9 @@ def run(config: Config) -> int:
         step += 1
         started = time.monotonic()
         loss = trainer.train_step()
-        emit({"step": step, "loss": loss, "seconds": time.monotonic() - started, "state": trainer.digests()})
+        digests = trainer.digests()
+        # A step's time is the whole iteration's (the digests are part of this job's step).
+        emit({"step": step, "loss": loss, "seconds": time.monotonic() - started, "state": digests})
         if terminate["requested"]:
             return sigterm_save(step)
         if step % config.save_every == 0 or step == config.steps:
