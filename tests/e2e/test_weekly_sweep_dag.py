@@ -33,7 +33,7 @@ def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
     kube, airflow = env.kube, env.airflow
     kube.run_workload("r01-n01", 2)
     conf = {
-        "max_fleet_fraction": 0.25,
+        "max_fleet_fraction": 0.5,
         "max_rack_fraction": 0.5,
         "max_action_fraction": 0.25,
         "dry_run": False,
@@ -43,7 +43,9 @@ def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
 
     # One wave run per wave, one probe task per node in it, named by the node.
     waves = [r for r in airflow.runs("weekly_health_sweep_wave") if r["dag_run_id"].startswith(run_id)]
-    assert len(waves) == 4  # 14 idle nodes, at most 4 (25 % of 16) under diagnosis at once
+    # 14 idle nodes, at most 8 (50 % of 16) under diagnosis at once, 4 of a rack (50 % of 8).
+    # (Four smaller waves, and the breaker: test_dry_run_and_circuit_breaker, make test-all.)
+    assert len(waves) == 2
     probed = {
         ti["rendered_map_index"]
         for wave in waves
