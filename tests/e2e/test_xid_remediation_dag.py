@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.xid.simulated_source import inject, inject_spec_faults
 from tests.paths import DEMO_FLEET
@@ -83,6 +85,8 @@ def test_xid_remediation_flow(e2e: Any) -> None:
     assert len(store.node_events()) == before
 
 
+# make test-all; the breaker and dry run without Airflow: tests/fleetval/xid/test_steps.py
+@pytest.mark.e2e_long
 def test_breaker_and_shadow_mode(e2e: Any) -> None:
     env = e2e(DEMO_FLEET)
     kube, airflow = env.kube, env.airflow
