@@ -182,12 +182,13 @@ def wait_for_event(process: Process, event: str, timeout_s: float) -> tuple[int 
     while time.monotonic() < deadline:
         running = process.exit_code() is None
         text = process.output()
-        fresh, seen = text[seen:], seen + len(text[seen:].rpartition("\n")[0]) + ("\n" in text[seen:])
-        for line in fresh.splitlines()[: None if fresh.endswith("\n") else -1]:
+        end = text.rfind("\n") + 1  # complete lines only; a partial one is read next time
+        for line in text[seen:end].splitlines():
             if needle in line:
                 found = parse_run_log(line).of(event)
                 if found and isinstance(found[0].get("step"), int):
                     return int(found[0]["step"]), running
+        seen = max(seen, end)
         if not running:
             return None, False
         time.sleep(POLL_S)

@@ -19,6 +19,7 @@ from fleetval.gpu_operator.parse import (
     OperandPod,
     OperatorLog,
     ValidatorLog,
+    operand_of,
 )
 from fleetval.records import Result, Verdict
 
@@ -101,7 +102,7 @@ def judge_operands(
         facts["controller"] = operator_log.to_json()
         said = {STATE_OPERANDS.get(s, s) for s in operator_log.not_ready or ()}
         said |= {STATE_OPERANDS.get(s, s) for s, status in operator_log.steps.items() if status == "notReady"}
-        said |= {_daemonset_operand(d) for d in operator_log.unavailable}
+        said |= {operand_of(d) or d for d in operator_log.unavailable}
         for operand in sorted(said, key=_rank):
             problems.setdefault(operand, "not ready (the operator's controller)")
     if validator_logs:
@@ -109,10 +110,8 @@ def judge_operands(
         for container, log in validator_logs.items():
             if log.outcome in ("failing", "waiting"):
                 operand = VALIDATION_CONTAINERS.get(container, container)
-                problems.setdefault(operand, f"{container}: {log.evidence}")
-                problems[operand] += (
-                    f" [{container}: {log.evidence}]" if container not in problems[operand] else ""
-                )
+                note = f"{container}: {log.evidence}"
+                problems[operand] = f"{problems[operand]} [{note}]" if operand in problems else note
     if problems:
         # An operand waiting in Init: is a symptom; the cause is the first one failing outright.
         ordered = sorted(problems, key=lambda o: (problems[o].startswith("Init:"), _rank(o)))
@@ -134,9 +133,3 @@ def judge_operands(
     checked = len(operand_pods)
     sources = ["pods"] + [n for n, v in (("markers", markers), ("controller", operator_log)) if v is not None]
     return verdict(Result.PASS, f"all {checked} operand pods healthy ({', '.join(sources)})")
-
-
-def _daemonset_operand(daemonset: str) -> str:
-    from fleetval.gpu_operator.parse import operand_of
-
-    return operand_of(daemonset + "-x") or daemonset
