@@ -11,7 +11,9 @@ each node pair and judged against the **measured baseline** of its hardware prof
   (tasks `sweep_intra` / `sweep_pairs` here wait for them): one probe task per node (a pod) or per
   pair (a Kueue-admitted MPIJob), named `<node> r<repeat>`. A wave never uses a node twice; each
   node and pair is probed `repeats` (3) times, in different waves. Any fleet size fits under
-  `max_map_length`.
+  `max_map_length`. `layout`: one process per node (`-g <gpus>`, the default) or one MPI rank
+  per GPU (`-g 1`, the layout training jobs and vendors' numbers use); each has its own baselines
+  (scope `…-rank-per-gpu`).
 - `judge` judges the stored raw outputs; `isolate` narrows failing pairs down to the bad node by
   group testing (rounds of MPIJobs, deferred while they run).
 - **Gate:** any `fail` → nodes labelled `fleetval.io/nccl-gate=fail` and the rollout paused
@@ -72,6 +74,16 @@ WAVE = {
             title="Nodes to sweep (empty: every upgrade-done node not yet swept on its driver)",
         ),
         "repeats": Param(3, type="integer", minimum=1, maximum=10, title="Repeats per node and pair"),
+        "layout": Param(
+            "process_per_node",
+            type="string",
+            enum=["process_per_node", "rank_per_gpu"],
+            values_display={
+                "process_per_node": "One process per node drives its GPUs (-g <gpus>)",
+                "rank_per_gpu": "One MPI rank per GPU (-g 1): training's and vendors' layout",
+            },
+            title="Ranks: per node or per GPU (each has its own baselines)",
+        ),
         "dry_run": Param(
             False, type="boolean", title="Dry run: record verdicts, label nothing, pause nothing"
         ),

@@ -81,6 +81,7 @@ def plan_sweep(fv_run: int) -> list[dict[str, Any]]:
     from airflow.sdk.configuration import conf
 
     from fleetval.nccl import plan as nccl_plan
+    from fleetval.nccl.probe import DEFAULT_LAYOUT
     from fleetval_airflow import config
 
     ctx = get_current_context()
@@ -103,6 +104,7 @@ def plan_sweep(fv_run: int) -> list[dict[str, Any]]:
             only=only,
             max_wave_size=max_map_length,
             max_waves=max_map_length,
+            layout=str(params.get("layout") or DEFAULT_LAYOUT),
         )
         store.update_run_meta(
             fv_run,

@@ -4,11 +4,12 @@
 One worker per node of the probe, each pinned to its node with all its GPUs (required node
 affinity on the probe's nodes + required pod anti-affinity between the job's workers), running
 sshd; the launcher (no GPU) waits for the workers to be ready and runs nccl-tests under
-`mpirun -np <nodes>` (the operator provides the hostfile and ssh keys), one process per node
-driving all its GPUs (`-g <gpus>`). Its log is the raw output. Gang admission: the MPIJob carries
-the `kueue.x-k8s.io/queue-name` label and is created with `runPolicy.suspend: true`; Kueue admits
-(unsuspends) it only when the quota for *every* worker's GPUs is available, so a partial set of
-workers never holds GPUs (D-SCHED-06).
+`mpirun` (the operator provides the hostfile and ssh keys): `-np <nodes>`, one process per node
+driving all its GPUs (`-g <gpus>`), or in the `rank_per_gpu` layout `slotsPerWorker: <gpus>` and
+`-np <nodes × gpus>`, one process per GPU (`-g 1`). Its log is the raw output. Gang admission:
+the MPIJob carries the `kueue.x-k8s.io/queue-name` label and is created with
+`runPolicy.suspend: true`; Kueue admits (unsuspends) it only when the quota for *every* worker's
+GPUs is available, so a partial set of workers never holds GPUs (D-SCHED-06).
 
 kubernetes-validate has no CRD schema for MPIJob: tests check the structure here and validate
 the embedded pod templates as Pods against the Kubernetes OpenAPI schema.
@@ -21,7 +22,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Final
 
-from fleetval.nccl.probe import NCCL_TESTS_BIN
+from fleetval.nccl.probe import DEFAULT_LAYOUT, NCCL_TESTS_BIN, processes_per_node
 from fleetval.nodes import MAINTENANCE_TAINT
 from fleetval.probes.pod import NAMESPACE, PROBE_LABEL, ProbeSpec, probe_label
 
@@ -51,20 +52,26 @@ def probe_nodes(spec: ProbeSpec) -> list[str]:
     return [str(n) for n in nodes] if nodes else spec.node.split("+")
 
 
+def slots_per_worker(spec: ProbeSpec) -> int:
+    """MPI processes per worker: one, or one per GPU in the `rank_per_gpu` layout."""
+    return processes_per_node(str(spec.params.get("layout") or DEFAULT_LAYOUT), spec.gpus)
+
+
 def launcher_script(spec: ProbeSpec) -> str:
-    """`exec mpirun` over one slot per worker, running the nccl-tests binary by its path in the
-    image; the launcher's exit code is mpirun's (the probe's reported exit codes say which ones
-    mean nccl-tests ran and reported)."""
+    """`exec mpirun` over every slot of every worker (`slots_per_worker` per node), running the
+    nccl-tests binary by its path in the image; the launcher's exit code is mpirun's (the probe's
+    reported exit codes say which ones mean nccl-tests ran and reported)."""
     argv = [str(a) for a in spec.params.get("argv") or ()]
     if not argv:
         raise ValueError(f"probe {spec.probe_key!r} has no params.argv to run under mpirun")
+    per_node = slots_per_worker(spec)
     mpirun = [
         "mpirun",
         "--allow-run-as-root",
         "-np",
-        str(len(probe_nodes(spec))),
+        str(len(probe_nodes(spec)) * per_node),
         "--map-by",
-        "ppr:1:node",
+        f"ppr:{per_node}:node",
         "--bind-to",
         "none",
     ]
@@ -189,7 +196,7 @@ def mpijob_manifest(
             "annotations": {PROBE_KEY_ANNOTATION: spec.probe_key},
         },
         "spec": {
-            "slotsPerWorker": 1,
+            "slotsPerWorker": slots_per_worker(spec),
             "mpiImplementation": "OpenMPI",
             "launcherCreationPolicy": "WaitForWorkersReady",
             "sshAuthMountPath": SSH_DIR,

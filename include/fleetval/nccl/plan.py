@@ -29,7 +29,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from fleetval.nccl.probe import NCCL_TESTS_IMAGE, nccl_probe
+from fleetval.nccl.probe import (
+    DEFAULT_LAYOUT,
+    NCCL_TESTS_IMAGE,
+    Layout,
+    check_layout,
+    layout_scope,
+    nccl_probe,
+)
 from fleetval.nodes import NodeInfo
 from fleetval.probes.pod import ProbeSpec
 
@@ -117,6 +124,7 @@ class NcclPlan:
     pair_batches: list[list[list[str]]]
     skipped: dict[str, str]
     repeats: int
+    layout: Layout = DEFAULT_LAYOUT  # how ranks map onto processes (fleetval.nccl.probe.LAYOUTS)
 
     @property
     def pairs(self) -> list[list[str]]:
@@ -141,6 +149,7 @@ class NcclPlan:
             "pair_batches": self.pair_batches,
             "skipped": self.skipped,
             "repeats": self.repeats,
+            "layout": self.layout,
         }
 
     @classmethod
@@ -151,6 +160,7 @@ class NcclPlan:
             pair_batches=[[list(p) for p in b] for b in data["pair_batches"]],
             skipped=dict(data["skipped"]),
             repeats=int(data["repeats"]),
+            layout=check_layout(str(data.get("layout", DEFAULT_LAYOUT))),  # plans stored before layouts
         )
 
 
@@ -187,11 +197,13 @@ def plan_sweep(
     only: Sequence[str] | None = None,
     max_wave_size: int = DEFAULT_MAX_MAP_LENGTH,
     max_waves: int = DEFAULT_MAX_MAP_LENGTH,
+    layout: str = DEFAULT_LAYOUT,
 ) -> NcclPlan:
     """Node batches and pair batches for the sweepable nodes (of `only`, when given); a batch holds
     at most `max_wave_size` probes and each kind has at most `max_waves` waves (see module doc)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    checked_layout = check_layout(layout)
     if max_wave_size < 1 or max_waves < repeats:
         raise ValueError(f"max_wave_size {max_wave_size} / max_waves {max_waves} leave no room for the waves")
     by_name = {n.name: n for n in nodes}
@@ -231,7 +243,7 @@ def plan_sweep(
         + odd_batches
     )
     intra = _batches([n.name for n in chosen], size=max_wave_size, max_batches=batch_budget, what="nodes")
-    return NcclPlan(facts, intra, pair_batches, skipped, repeats)
+    return NcclPlan(facts, intra, pair_batches, skipped, repeats, checked_layout)
 
 
 def probe_specs(
@@ -250,7 +262,9 @@ def probe_specs(
     wanted = list(range(plan.repeats) if repeats is None else repeats)
     for group in groups:
         facts = plan.nodes[group[0]]
-        scope = intra_scope(facts.gpus) if len(group) == 1 else inter_scope(facts.gpus)
+        scope = layout_scope(
+            intra_scope(facts.gpus) if len(group) == 1 else inter_scope(facts.gpus), plan.layout
+        )
         specs.extend(
             nccl_probe(
                 group,
@@ -262,6 +276,7 @@ def probe_specs(
                 scope=scope,
                 fabric=facts.fabric,
                 purpose=purpose,
+                layout=plan.layout,
             )
             for r in wanted
         )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from fleetval.probes.pod import ProbeSpec
 
@@ -26,6 +27,49 @@ NCCL_OP_TIMEOUT_S: Final = 600
 
 
 SUBJECT_MAX: Final = 100
+
+# How nccl-tests' ranks map onto processes. `process_per_node`: one process per node drives all
+# its GPUs (`-g <gpus>`), NCCL's single-process paths. `rank_per_gpu`: one process per GPU
+# (`-g 1`, `gpus` MPI slots per node), as training jobs and vendors' published numbers run it; it
+# exercises the multi-process intra-node paths (CUDA IPC/cuMem P2P, PXN). The two give different
+# busbw, so each has its own baselines (`layout_scope`).
+Layout = Literal["process_per_node", "rank_per_gpu"]
+LAYOUTS: Final[tuple[Layout, ...]] = ("process_per_node", "rank_per_gpu")
+DEFAULT_LAYOUT: Final[Layout] = "process_per_node"
+
+
+def check_layout(layout: str) -> Layout:
+    for known in LAYOUTS:
+        if layout == known:
+            return known
+    raise ValueError(f"unknown NCCL layout {layout!r}; known: {', '.join(LAYOUTS)}")
+
+
+def layout_scope(scope: str, layout: str) -> str:
+    """The baseline scope of a probe in `layout`: the default layout keeps the plain scope (the
+    baselines stored before layouts existed are its baselines)."""
+    return scope if check_layout(layout) == DEFAULT_LAYOUT else f"{scope}-{layout.replace('_', '-')}"
+
+
+def processes_per_node(layout: str, gpus_per_node: int) -> int:
+    return gpus_per_node if check_layout(layout) == "rank_per_gpu" else 1
+
+
+def local_mpirun(ranks: int, env: Sequence[str]) -> list[str]:
+    """mpirun for `ranks` processes on this pod's node alone (`-H localhost:N` declares the slots)."""
+    argv = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(ranks),
+        "-H",
+        f"localhost:{ranks}",
+        "--bind-to",
+        "none",
+    ]
+    for key in env:
+        argv += ["-x", key]
+    return argv
 
 
 def nccl_subject(nodes: Sequence[str]) -> str:
@@ -50,11 +94,14 @@ def nccl_probe(
     scope: str | None = None,
     fabric: str | None = None,
     purpose: str | None = None,
+    layout: str = DEFAULT_LAYOUT,
 ) -> ProbeSpec:
     """nccl-tests `<collective>_perf -b 8 -e 8G -f 2 -g <gpus> -T 600` over one node or a group of
     nodes (`-T`: a hang ends as a reported timeout, see NCCL_OP_TIMEOUT_S).
 
-    One process per node drives all its GPUs (`-g`), so a group of N nodes is N × gpus ranks.
+    In the default layout one process per node drives all its GPUs (`-g`); in `rank_per_gpu`
+    each GPU is its own MPI rank (`-g 1`: one node runs `mpirun -np <gpus>` in its pod, a group
+    `gpus` slots per worker). Either way a group of N nodes is N × gpus ranks.
     The binary runs by its path in the image (`NCCL_TESTS_BIN`, not on the image's PATH); its exit
     code reaches the pod, and the codes nccl-tests uses for a failed collective are "reported"
     (the parsed output decides: a broken link is a `fail` verdict, not a harness error), while a
@@ -73,8 +120,10 @@ def nccl_probe(
         raise ValueError(f"duplicate nodes in an NCCL probe: {members}")
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    layout = check_layout(layout)
     kind = "intra" if len(members) == 1 else "inter"
     subject = nccl_subject(members)
+    per_process = 1 if layout == "rank_per_gpu" else gpus_per_node
     argv = [
         f"{collective}_perf",
         "-b",
@@ -84,23 +133,33 @@ def nccl_probe(
         "-f",
         "2",
         "-g",
-        str(gpus_per_node),
+        str(per_process),
         "-T",
         str(NCCL_OP_TIMEOUT_S),
     ]
     params: dict[str, Any] = {"nodes": members, "repeat": repeat, "collective": collective, "argv": argv}
     extra = (("profile", profile), ("scope", scope), ("fabric", fabric), ("purpose", purpose))
     params.update({k: v for k, v in extra if v})
+    env = {"NCCL_DEBUG": "INFO"}
+    command = f"exec {NCCL_TESTS_BIN}/{' '.join(argv)}"
+    # The default layout keeps its probe keys (and so its stored probes) as they were.
+    key_kind = kind
+    if layout != DEFAULT_LAYOUT:
+        params["layout"] = layout
+        key_kind = f"{kind}-{layout.replace('_', '-')}"
+        if kind == "intra":
+            launch = [*local_mpirun(gpus_per_node, sorted(env)), f"{NCCL_TESTS_BIN}/{argv[0]}", *argv[1:]]
+            command = f"exec {shlex.join(launch)}"
     return ProbeSpec(
-        probe_key=f"{run_key}/nccl-{kind}/{subject}/r{repeat}",
+        probe_key=f"{run_key}/nccl-{key_kind}/{subject}/r{repeat}",
         tool="nccl",
         node=subject,
         image=image,
         command=("/bin/bash", "-c"),
-        args=(f"exec {NCCL_TESTS_BIN}/{' '.join(argv)}",),
+        args=(command,),
         gpus=gpus_per_node,
         timeout_s=1800,
-        env={"NCCL_DEBUG": "INFO"},
+        env=env,
         params=params,
         reported_exit_codes=NCCL_REPORTED_EXIT_CODES,
         # NCCL's shared-memory transport needs far more than the runtime's 64 MiB /dev/shm; RDMA

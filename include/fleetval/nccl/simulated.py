@@ -109,11 +109,13 @@ def render_nccl_tests(
     gpu_name: str = "NVIDIA H100 80GB HBM3",
     timeout_s: int = 600,
     cuda_version: str = "12.4",
+    gpus_per_process: int = 1,
 ) -> str:
     """nccl-tests stdout for one run (see module doc). `transport` is the network for IB/RoCE/
     Socket, or the intra-node path (NVLink/P2P/SHM/NVLS) with `network` as the network NCCL
     selected. `errors`: None, "ib_completion", "hang" (output cut mid-table by the `-T`
-    timeout) or "wrong" (`#wrong` > 0, `Out of bounds values : N FAILED`)."""
+    timeout) or "wrong" (`#wrong` > 0, `Out of bounds values : N FAILED`). `gpus_per_process` is
+    nccl-tests' `-g`: the ranks of one process share its pid (the header's `nGpus`)."""
     coll = normalize_collective(collective)
     if nranks < 1 or nnodes < 1 or nranks % nnodes:
         raise ValueError(f"nranks ({nranks}) must be a positive multiple of nnodes ({nnodes})")
@@ -128,6 +130,8 @@ def render_nccl_tests(
         raise ValueError(f"unknown network {network!r}; known: {', '.join(_NETWORKS)}")
     if busbw_gbps <= 0 or cv < 0:
         raise ValueError("busbw_gbps must be > 0 and cv >= 0")
+    if gpus_per_process < 1 or (nranks // nnodes) % gpus_per_process:
+        raise ValueError(f"{nranks // nnodes} ranks per node cannot form {gpus_per_process}-GPU processes")
 
     rng = random.Random(seed)
     per_node = nranks // nnodes
@@ -136,9 +140,12 @@ def render_nccl_tests(
     pids = [rng.randint(2000, 90000) for _ in range(nnodes)]
     env = {"NCCL_SOCKET_IFNAME": "eth0"} if env is None else dict(env)
 
+    def pid_of(node: int, local: int) -> int:
+        return pids[node] + local // gpus_per_process
+
     def ident(rank: int, thread: int = 0) -> str:
         node, local = divmod(rank, per_node)
-        pid = pids[node] + local
+        pid = pid_of(node, local)
         return f"{hosts[node]}:{pid}:{pid + thread} [{local}]"
 
     out: list[str] = []
@@ -147,8 +154,8 @@ def render_nccl_tests(
     out.append(f"# Collective test starting: {coll}_perf")
     step = "2(factor)"
     out.append(
-        f"# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step} warmup iters: 5 "
-        "iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"
+        f"# nThread 1 nGpus {gpus_per_process} minBytes {min_bytes} maxBytes {max_bytes} step: {step} "
+        "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"
     )
     out.append("#")
     out.append("# Using devices")
@@ -156,7 +163,7 @@ def render_nccl_tests(
         node, local = divmod(rank, per_node)
         bus = _BUS_IDS[local % len(_BUS_IDS)]
         out.append(
-            f"#  Rank {rank:2d} Group  0 Pid {pids[node] + local:6d} on {hosts[node]:>10s} device "
+            f"#  Rank {rank:2d} Group  0 Pid {pid_of(node, local):6d} on {hosts[node]:>10s} device "
             f"{local:2d} [0000:{bus}:00] {gpu_name}"
         )
 

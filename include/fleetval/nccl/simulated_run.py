@@ -82,6 +82,7 @@ def nccl_output(spec: FleetSpec, probe: ProbeSpec, *, seed_salt: str) -> str:
         salt=seed_salt,
         env=probe.env,
         timeout_s=probe.timeout_s if probe.timeout_s < 3600 else 600,
+        gpus_per_process=1 if probe.params.get("layout") == "rank_per_gpu" else probe.gpus or 1,
     )
 
 
@@ -97,8 +98,10 @@ def nccl_run(
     timeout_s: int = 600,
     min_bytes: int = 8,
     max_bytes: int = 8 << 30,
+    gpus_per_process: int = 1,
 ) -> str:
-    """nccl-tests stdout (NCCL_DEBUG=INFO) for one run: `gpus_per_node` ranks on each of `nodes`.
+    """nccl-tests stdout (NCCL_DEBUG=INFO) for one run: `gpus_per_node` ranks on each of `nodes`,
+    `gpus_per_process` of them in each process (nccl-tests' `-g`).
 
     `repeat` is the run's position in a series (a flaky link's phase), `salt` makes a new run
     measure anew; `env` is the run's environment (its NCCL_* variables, NCCL_DEBUG aside, are
@@ -170,4 +173,5 @@ def nccl_run(
         timeout_s=timeout_s,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
+        gpus_per_process=gpus_per_process,
     )

@@ -64,7 +64,8 @@ Facts, with their sources:
   to find the specified executable file...`; a failed rank ends with `mpirun detected that one
   or more processes exited with non-zero status` and mpirun exits with that rank's code.
 
-Not faithful (deliberately simple): one process per node under mpirun (slotsPerWorker 1);
+Not faithful (deliberately simple): ranks under mpirun fill hosts evenly (slots from `-H
+host:N` or the operator's slotsPerWorker, or `--map-by ppr:K:node`), nothing else of its mapping;
 worker /dev/shm is assumed large enough (the launcher cannot see it); hostnames in nccl-tests
 output are node names, not worker pod names; the CUDA entrypoint's banner is not printed; a
 container without GPUs gets no driver tools (the image's `NVIDIA_VISIBLE_DEVICES=all` leak is
@@ -919,14 +920,16 @@ def _run_nccl(
     *,
     nodes: Sequence[str] | None = None,
     node_gpus: Sequence[int] | None = None,
+    procs_per_node: int = 1,
+    local: bool = False,
 ) -> int:
-    """A `<collective>_perf` run: on this container's node, or under mpirun on `nodes`, one
-    process per node driving `-g` GPUs."""
+    """A `<collective>_perf` run: on this container's node, or under mpirun on `nodes`,
+    `procs_per_node` processes per node, each driving `-g` GPUs."""
     args = _nccl_args(argv)
     under_mpirun = nodes is not None
     group = list(nodes) if nodes is not None else [proc.ctx.node]
     visible = list(node_gpus) if node_gpus is not None else [len(proc.ctx.gpu_indices)]
-    ranks = args.ngpus * args.nthreads
+    ranks = args.ngpus * args.nthreads * procs_per_node
     repeat = _seed(proc.ctx.salt, "repeat") % 3
     try:
         full = nccl_run(
@@ -940,6 +943,7 @@ def _run_nccl(
             timeout_s=args.timeout_s or 600,
             min_bytes=args.min_bytes,
             max_bytes=args.max_bytes,
+            gpus_per_process=args.ngpus * args.nthreads,
         )
     except SpecError as exc:
         raise _Unsupported(f"unsupported command: {' '.join(argv)} ({exc})") from None
@@ -950,7 +954,11 @@ def _run_nccl(
         text = _cuda_device_failure(full, host, proc.pid() * 10)
         code = 2
         proc.elapsed += 3.0
-    elif not under_mpirun and ranks > 1 and ranks * _shm_pool() > (proc.ctx.shm_bytes or DEFAULT_SHM_BYTES):
+    elif (
+        (local or not under_mpirun)  # this pod's own /dev/shm (a worker's is assumed large enough)
+        and ranks > 1
+        and ranks * _shm_pool() > (proc.ctx.shm_bytes or DEFAULT_SHM_BYTES)
+    ):
         text = _nccl_shm_failure(proc, full, group[0], ranks, proc.ctx.shm_bytes or DEFAULT_SHM_BYTES)
         code = 3
         proc.elapsed += _NCCL_INIT_SECONDS
@@ -1043,12 +1051,26 @@ _MPIRUN_VALUE_OPTIONS: Final = frozenset(
 )
 
 
+def _slots(env: Mapping[str, str], hosts: str | None) -> int | None:
+    """Slots per host: `-H host:N`, else the mpi-operator's OMPI_MCA_orte_set_default_slots
+    (its hostfile's `slots=`); None when neither says (OpenMPI would count cores)."""
+    if hosts is not None:
+        counts = [part.rpartition(":")[2] for part in hosts.split(",")]
+        return int(counts[0]) if all(c.isdigit() for c in counts) and len(set(counts)) == 1 else None
+    value = env.get("OMPI_MCA_orte_set_default_slots", "")
+    return int(value) if value.isdigit() else None
+
+
 def _run_mpirun(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
-    """OpenMPI's mpirun in an MPIJob launcher: one process per worker (`ctx.peers`, rank order)."""
+    """OpenMPI's mpirun: in an MPIJob launcher over its workers (`ctx.peers`, rank order), else on
+    this container's node (`-H localhost:N`). Ranks fill each host's slots in order (or
+    `--map-by ppr:K:node`); every host runs the same number of ranks."""
     args = argv[1:]
     np: int | None = None
     allow_root = False
     exported: dict[str, str] = {}
+    hosts: str | None = None
+    per_node_map: int | None = None
     i = 0
     while i < len(args):
         arg = args[i]
@@ -1066,6 +1088,13 @@ def _run_mpirun(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) ->
                 exported[key] = value
             elif key in env:
                 exported[key] = env[key]
+            i += 2
+        elif arg in ("-H", "--host", "-host") and i + 1 < len(args):
+            hosts = args[i + 1]
+            i += 2
+        elif arg in ("--map-by", "-map-by") and i + 1 < len(args):
+            ppr = re.fullmatch(r"ppr:(\d+):node", args[i + 1])
+            per_node_map = int(ppr.group(1)) if ppr else None
             i += 2
         elif arg in _MPIRUN_VALUE_OPTIONS and i + 1 < len(args):
             i += 2
@@ -1086,14 +1115,19 @@ def _run_mpirun(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) ->
         out.err(_ROOT_MESSAGE)
         return 1
     peers = list(proc.ctx.peers)
-    if not peers:
+    local = not peers
+    if local:
         peers = [(proc.ctx.node, tuple(proc.ctx.gpu_indices))]
-    np = len(peers) if np is None else np
-    if np > len(peers):
+    slots = _slots(env, hosts) or 1
+    per_node = per_node_map or slots
+    np = len(peers) * per_node if np is None else np
+    if np > len(peers) * slots or per_node > slots:
         out.err(_SLOTS_MESSAGE.format(np=np, app=app[0]))
         return 1
+    if np % per_node:
+        raise _Unsupported(f"unsupported command: {' '.join(argv)} (hosts with unequal rank counts)")
     proc.elapsed += 3.0  # ssh and orted start-up on the workers
-    workers = peers[:np]
+    workers = peers[: np // per_node]
     # Ranks run over ssh in the workers: they see only what -x exports, and the image's PATH.
     rank_env = {"PATH": proc.image.env.get("PATH", "")} | exported
     path = proc.find(app[0], rank_env)
@@ -1109,6 +1143,8 @@ def _run_mpirun(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) ->
         out,
         nodes=[node for node, _ in workers],
         node_gpus=[len(gpus) for _, gpus in workers],
+        procs_per_node=per_node,
+        local=local,
     )
 
 
