@@ -94,9 +94,9 @@ _NVRM_KEYS: Final = (
 )
 _XID: Final = "Xid"
 _B_KEYS = re.compile(b"|".join(re.escape(k.encode()) for k in _NVRM_KEYS))
-# (marker, index of its anchor byte): numpy finds the anchor, then checks the marker's other bytes.
-# The anchors are the markers' rarest bytes in kernel logs ("V" rather than "N").
-_B_MARKERS: Final = ((_NVRM.encode(), 1), (_XID.encode(), 0))
+# The bytes of the two markers, "NVRM" and "Xid", as `_marker_at` compares them.
+_N, _V, _R, _M = _NVRM.encode()
+_X, _I, _D = _XID.encode()
 _TAG: Final = "NVRM:"
 
 # re.ASCII everywhere: a digit is 0-9 (int() would read Arabic-Indic digits as a valid Xid).
@@ -192,6 +192,9 @@ _WORD = re.compile(r"[A-Za-z]{2}", _A)
 # printk records are at most 1 KiB (PRINTKRB_RECORD_MAX); with a syslog or journal prefix a real
 # kernel-log line stays far below this. A longer line is not one (it may still hold Xid traces).
 _MAX_LOG_LINE: Final = 4096
+
+# How many inert NVRM bodies (`_LineParser._inert`) are remembered.
+_INERT_BODIES: Final = 4096
 
 # A multi-line "fallen off the bus" message is at most this many lines from its first line.
 _MAX_CONTINUATION_LINES: Final = 4
@@ -318,8 +321,28 @@ def _iso_epoch(ts: str) -> float | None:
         return None
 
 
+# The two commonest prefixes whole (classic syslog with the kernel's uptime, and dmesg), read in
+# one match: what `_parse_prefix_any` reads from them, at a fraction of its seven regexes. The host
+# holds no ":" "[" "]" and the stamp no fraction, so no other format of that reader can match.
+_SYSLOG_PREFIX = re.compile(
+    rf"(?P<ts>{_MON} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[^\s:\[\]]+) kernel: "
+    r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*\Z",
+    _A,
+)
+_DMESG_PREFIX = re.compile(r"\[\s*(?P<up>\d{1,12}\.\d{1,9})\]\s*\Z", _A)
+
+
 def _parse_prefix(prefix: str) -> _Stamp:
     """Timestamp, uptime and host from whatever precedes the message (log format or launcher)."""
+    if m := _SYSLOG_PREFIX.match(prefix):
+        return _Stamp(m["ts"], None, float(m["up"]), m["host"])
+    if m := _DMESG_PREFIX.match(prefix):
+        return _Stamp(m["up"], None, float(m["up"]), None)
+    return _parse_prefix_any(prefix)
+
+
+def _parse_prefix_any(prefix: str) -> _Stamp:
+    """`_parse_prefix` for every known format."""
     host: str | None = None
     launcher = _LAUNCHER_HOST.match(prefix)
     if launcher and launcher.group("host") != "kernel":
@@ -354,6 +377,41 @@ def _parse_prefix(prefix: str) -> _Stamp:
     return _Stamp(None, None, None, host)
 
 
+class _LazyStamp:
+    """The stamp of a record, read from its prefix when first asked for. `first`: the line's own
+    stamp, for a joined record (its prefix's stamp wins only when it holds a time)."""
+
+    __slots__ = ("_first", "_prefix", "_stamp")
+
+    def __init__(self, prefix: str, first: _LazyStamp | None = None) -> None:
+        self._prefix = prefix
+        self._first = first
+        self._stamp: _Stamp | None = None
+
+    def get(self) -> _Stamp:
+        if self._stamp is None:
+            stamp = _parse_prefix(self._prefix)
+            if self._first is not None:
+                first = self._first.get()
+                stamp = (
+                    dataclasses.replace(stamp, host=stamp.host or first.host)
+                    if stamp.timestamp is not None
+                    else first
+                )
+            self._stamp = stamp
+        return self._stamp
+
+
+def _maybe_plugin_trace(text: str) -> bool:
+    """Whether `_PLUGIN_TRACE` can match: each of its forms holds one of these literals."""
+    return "=" in text or "CriticalError" in text or "XidCritical" in text or "unhealthy." in text
+
+
+def _maybe_record_trace(text: str) -> bool:
+    """Whether `_RECORD_TRACE` can match: each of its forms holds a parenthesis or `pid='`."""
+    return "(" in text or ")" in text or "pid='" in text
+
+
 @dataclass(slots=True)
 class _Pending:
     """The first line(s) of a multi-line "The NVIDIA GPU ... has fallen off the bus" message."""
@@ -375,6 +433,8 @@ class _LineParser:
         self.uuids: dict[tuple[str | None, str], str] = {}
         self.traces = 0
         self._pending: _Pending | None = None
+        # Bodies that yielded nothing and changed nothing (driver chatter): a log repeats them.
+        self._inert: set[str] = set()
 
     def feed(self, line_no: int, line: str, *, cut: bool = False) -> list[XidEvent]:
         """The events of one line. `cut`: the input's last line, with no line end after it."""
@@ -385,7 +445,9 @@ class _LineParser:
             event = self._untagged(line_no, line)
             own = [event] if event is not None else []
         else:
-            first = _parse_prefix(line[: tags[0]])
+            # Stamps are read only for records that become events (or name a UUID): most NVRM
+            # lines are driver chatter, and the prefix's regexes were their largest cost.
+            first = _LazyStamp(line[: tags[0]])
             for k, at in enumerate(tags):
                 end = tags[k + 1] if k + 1 < len(tags) else len(line)
                 body = line[at + len(_TAG) : end].strip()
@@ -393,9 +455,7 @@ class _LineParser:
                     continue
                 stamp = first
                 if k:  # a joined record: its own stamp ends the previous record's text
-                    joined = _parse_prefix(line[tags[k - 1] + len(_TAG) : at].lstrip())
-                    if joined.timestamp is not None:
-                        stamp = dataclasses.replace(joined, host=joined.host or first.host)
+                    stamp = _LazyStamp(line[tags[k - 1] + len(_TAG) : at].lstrip(), first)
                 own += self._body(line_no, body, stamp, line_ends=not (cut and k + 1 == len(tags)))
             if not own and (event := self._untagged(line_no, line)) is not None:
                 own = [event]  # a record joined to a tagged line, its own tag damaged
@@ -413,17 +473,19 @@ class _LineParser:
         self.traces += len(events)
         return events
 
-    def _body(self, line_no: int, body: str, stamp: _Stamp, *, line_ends: bool) -> list[XidEvent]:
+    def _body(self, line_no: int, body: str, lazy: _LazyStamp, *, line_ends: bool) -> list[XidEvent]:
         """The events of one record: the text after an "NVRM:" tag, up to the next one."""
         pending = self._pending
+        if pending is None and body in self._inert:
+            return []
         if body.startswith(_XID):
-            return [*self._flush_unfinished(), self._xid(line_no, body, stamp, line_ends=line_ends)]
+            return [*self._flush_unfinished(), self._xid(line_no, body, lazy.get(), line_ends=line_ends)]
         if m := _GPU_AT.match(body):
-            self.uuids[(stamp.host, m["pci"].lower())] = m["uuid"]
+            self.uuids[(lazy.get().host, m["pci"].lower())] = m["uuid"]
             return []
         if m := _THE_GPU.match(body):
             events = self._flush_unfinished()
-            self._pending = _Pending(line_no, line_no, m["pci"].lower(), stamp, [body])
+            self._pending = _Pending(line_no, line_no, m["pci"].lower(), lazy.get(), [body])
             if _FELL_OFF in body:
                 events.append(self._flush_fell_off())
             return events
@@ -432,13 +494,16 @@ class _LineParser:
             pending.last_line_no = line_no
             return [self._flush_fell_off()] if _FELL_OFF in body else []
         if _FELL_OFF in body:
-            return [self._fell_off(line_no, _pci_in(body), stamp, body)]
+            return [self._fell_off(line_no, _pci_in(body), lazy.get(), body)]
         if (
             any(t in body for t in _FELL_OFF_TRACES)
-            or _RECORD_TRACE.search(body)
-            or _GPU_MESSAGE_TRACE.search(body)
+            or (_maybe_record_trace(body) and _RECORD_TRACE.search(body))
+            or ((body.startswith("The ") or "NVIDIA GPU " in body) and _GPU_MESSAGE_TRACE.search(body))
         ):
-            return [self._unreadable(line_no, _pci_in(body), stamp, body)]
+            return [self._unreadable(line_no, _pci_in(body), lazy.get(), body)]
+        if len(self._inert) >= _INERT_BODIES:
+            self._inert.clear()  # bounded: a log of ever-new chatter costs no memory
+        self._inert.add(body)
         return []
 
     def stray(self, line_no: int, line: str) -> XidEvent | None:
@@ -453,9 +518,9 @@ class _LineParser:
     def _untagged(self, line_no: int, line: str) -> XidEvent | None:
         """What the "NVRM:" records of a line did not explain: a device-plugin line, or a record
         whose tag is damaged."""
-        if _PLUGIN_TRACE.search(line):
+        if _maybe_plugin_trace(line) and _PLUGIN_TRACE.search(line):
             return self._device_plugin(line_no, line)
-        if trace := _RECORD_TRACE.search(line):
+        if _maybe_record_trace(line) and (trace := _RECORD_TRACE.search(line)):
             return self._unreadable(
                 line_no, _pci_in(line), _parse_prefix(line[: trace.start()]), line.strip()
             )
@@ -532,21 +597,23 @@ class _LineParser:
             name = (pn["name"] or "").strip()
             process = name if name and name != "<unknown>" else None
             message = pn["msg"] or ""
+        # Each field's regex runs only where its literal is: most Xid lines hold none of them.
         caused_by: int | None = None
-        if caused := _CAUSED_BY.search(message):
+        if "caused by previous Xid" in message and (caused := _CAUSED_BY.search(message)):
             root = _CAUSED_BY_ROOT.match(message, caused.end())
             if root is None or (not root["end"] and not line_ends):
                 # The root decides how a 45 is judged: a damaged or possibly cut number is no root.
                 return self._unreadable(line_no, pci, stamp, body)
             caused_by = int(root["root"])
         recovery_action: str | None = None
-        if recovery := _RECOVERY.search(message):
+        if "recovery action changed" in message and (recovery := _RECOVERY.search(message)):
             to = _RECOVERY_TO.match(recovery["tail"])
             # Unparsable (cut, damaged): keep the text as printed, which names no known action.
             recovery_action = to["action"].strip() if to else recovery["tail"].strip()
-        containment = _CONTAINMENT.search(message)
-        rst = _RST.search(message)
-        d_rst = _D_RST.search(message)
+        containment = _CONTAINMENT.search(message) if "ontained:" in message else None
+        has_rst = "RST:" in message
+        rst = _RST.search(message) if has_rst else None
+        d_rst = _D_RST.search(message) if has_rst else None
         return XidEvent(
             xid=int(m["xid"]),
             pci=pci,
@@ -641,19 +708,24 @@ def parse_xid(text: str, *, every_line: bool = True) -> tuple[XidEvent, ...]:
     )
 
 
-def _spans(buf: bytes | bytearray, stop: int) -> list[tuple[int, int]]:
-    """(start, end) of the wanted lines in buf[:stop] (complete lines, "\\n"-ended), in file order.
+def _spans(buf: bytes | bytearray, stop: int) -> tuple[list[tuple[int, int, int]], int]:
+    """(start, end, line index) of the wanted lines in buf[:stop] (complete lines, "\\n"-ended),
+    in file order, and the number of lines there. The line index counts the "\\n" before start.
 
-    The markers are found by numpy over the whole chunk (compare the anchor byte, keep the
-    positions whose other bytes match): cheaper than `bytes.find` or `re` passes."""
+    One numpy pass finds the anchor bytes of both markers, another the line ends; Python sees
+    only lines holding a marker. Line numbers come from counting the line-end mask between
+    wanted lines (numpy), not from `bytes.count`, whose one-byte loop was the scan's costliest
+    pass where such lines are dense."""
     import numpy as np
 
     find = buf.find
     arr = np.frombuffer(buf, np.uint8, stop)
-    (nvrm, nvrm_anchor), (xid, xid_anchor) = _B_MARKERS
+    nvrm_at, xid_at = _marker_at(arr)
+    newline = arr == 10  # its own array: it does not pin the buffer
+    del arr  # the view pins the buffer: release it before the caller moves or grows it
     spans: dict[int, int] = {}  # line start → line end
     line_end = -1
-    for at in _marker_at(arr, nvrm, nvrm_anchor).tolist():
+    for at in nvrm_at.tolist():
         if at < line_end:
             continue  # the line was decided at its first "NVRM"
         eol = find(b"\n", at, stop)
@@ -661,35 +733,34 @@ def _spans(buf: bytes | bytearray, stop: int) -> list[tuple[int, int]]:
         if _B_KEYS.search(buf, at, line_end) is not None:  # a few tests per line holding "NVRM"
             spans[buf.rfind(b"\n", 0, at) + 1] = line_end
     # Rare outside the NVRM lines above: a device-plugin log, a record whose tag is damaged.
-    for at in _marker_at(arr, xid, xid_anchor).tolist():
+    for at in xid_at.tolist():
         start = buf.rfind(b"\n", 0, at) + 1
         if start not in spans:
             eol = find(b"\n", at, stop)
             spans[start] = stop if eol < 0 else eol
-    del arr  # the view pins the buffer: release it before the caller moves or grows it
-    return sorted(spans.items())
+    out: list[tuple[int, int, int]] = []
+    lines = 0
+    pos = 0
+    for start, end in sorted(spans.items()):
+        lines += int(np.count_nonzero(newline[pos:start]))
+        pos = start
+        out.append((start, end, lines))
+    return out, lines + int(np.count_nonzero(newline[pos:]))
 
 
-def _marker_at(arr: npt.NDArray[np.uint8], marker: bytes, anchor: int) -> npt.NDArray[np.intp]:
-    """Positions in `arr` (a numpy uint8 view) where `marker` starts."""
+def _marker_at(arr: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Where "NVRM" and "Xid" start in `arr` (a numpy uint8 view), in order. numpy finds each
+    marker's anchor, its rarest byte in kernel logs ("V", "X"), then checks its other bytes at
+    those positions only. (One pass for both anchors was slower: numpy's nonzero over an OR of
+    two masks took several times as long as over each.)"""
     import numpy as np
 
-    at = np.flatnonzero(arr[anchor : max(anchor, len(arr) - len(marker) + 1 + anchor)] == marker[anchor])
-    for k in range(len(marker)):
-        if k != anchor:
-            at = at[arr[at + k] == marker[k]]
-    return at
-
-
-def _newlines(data: bytes | bytearray, start: int, stop: int) -> int:
-    """The "\\n" in data[start:stop]. numpy (there with pandas) compares a MiB about 4x faster than
-    bytes.count, whose one-byte loop was the scan's costliest pass; the view is dropped at once, so
-    the buffer can still grow."""
-    if stop - start < 1 << 16:
-        return data.count(b"\n", start, stop)
-    import numpy as np
-
-    return int(np.count_nonzero(np.frombuffer(data, np.uint8, stop - start, start) == 10))
+    n = len(arr)
+    v = np.flatnonzero(arr[1 : max(1, n - 2)] == _V)  # v: "N" positions, "V" at v + 1
+    v = v[(arr[v] == _N) & (arr[v + 2] == _R) & (arr[v + 3] == _M)]
+    x = np.flatnonzero(arr[: max(0, n - 2)] == _X)
+    x = x[(arr[x + 1] == _I) & (arr[x + 2] == _D)]
+    return v, x
 
 
 class _Scan:
@@ -743,12 +814,10 @@ def _candidate_lines(
                 data = bytes(buf[:stop]).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 data_stop = len(data)
             scan.look(data, 0, data_stop)
-            pos = 0
-            for start, eol in _spans(data, data_stop):
-                line_no += _newlines(data, pos, start)
-                pos = start
-                yield line_no, data[start:eol].decode("utf-8", errors="replace"), False
-            line_no += _newlines(data, pos, data_stop)
+            spans, lines = _spans(data, data_stop)
+            for start, eol, before in spans:
+                yield line_no + before, data[start:eol].decode("utf-8", errors="replace"), False
+            line_no += lines
             if not n:
                 if stop < end:  # the file does not end with a line end: its last line may be cut
                     last = buf[stop:end].decode("utf-8", errors="replace")
