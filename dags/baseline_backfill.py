@@ -1,8 +1,9 @@
 """
 ### Baseline backfill (`baseline_backfill`)
 Re-derives NCCL busbw baselines (per hardware profile and scope: `intra-<gpus>`,
-`inter-2x<gpus>`, and `…-rank-per-gpu` for that layout) from **stored measurements** and re-judges past runs against them, reporting
-which verdicts change. Baselines come from our own measured nodes, never from spec sheets.
+`inter-2x<gpus>`, and `…-rank-per-gpu` for that layout) from **stored measurements** and
+re-judges past runs against them, reporting which verdicts change. Baselines come from our own
+measured nodes, never from spec sheets.
 
 - **Manual:** `profile`, `scope` (empty: every series measured in the range), `since`/`until`
   (dates, both included), `promote`.

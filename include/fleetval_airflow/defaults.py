@@ -30,5 +30,6 @@ class Tag(enum.StrEnum):
     LAYER_JOB = "layer:job"
     SCHEDULE_WEEKLY = "schedule:weekly"
     SCHEDULE_EVENT = "schedule:event"
+    LAYER_OPERATOR = "layer:operator"
     SCHEDULE_MANUAL = "schedule:manual"
     OWNER = "owner:fleet-validation"

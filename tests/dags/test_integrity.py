@@ -20,8 +20,10 @@ EXPECTED_DAGS = {
     "baseline_backfill",
     "kueue_contention",
     "checkpoint_resume_drill",
+    "gpu_operator_validation",
 }
 ALLOWED_TAGS = {
+    "layer:operator",
     "layer:device",
     "layer:network",
     "layer:scheduling",

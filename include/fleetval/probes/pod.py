@@ -127,9 +127,12 @@ def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
         },
         "annotations": {"fleetval.io/probe-key": spec.probe_key},
         "node_selector": {"kubernetes.io/hostname": spec.node},
+        # A probe of no GPUs requests none at all (D-OP-03's pod must be one that asked for no GPU).
         "container_resources": k8s.V1ResourceRequirements(
             limits={"nvidia.com/gpu": str(spec.gpus)}, requests={"nvidia.com/gpu": str(spec.gpus), "cpu": "1"}
-        ),
+        )
+        if spec.gpus
+        else k8s.V1ResourceRequirements(requests={"cpu": "100m"}),
         "tolerations": [
             k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
             k8s.V1Toleration(key=MAINTENANCE_TAINT, operator="Exists"),

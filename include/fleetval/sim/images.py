@@ -68,9 +68,9 @@ Not faithful (deliberately simple): ranks under mpirun fill hosts evenly (slots 
 host:N` or the operator's slotsPerWorker, or `--map-by ppr:K:node`), nothing else of its mapping;
 worker /dev/shm is assumed large enough (the launcher cannot see it); hostnames in nccl-tests
 output are node names, not worker pod names; the CUDA entrypoint's banner is not printed; a
-container without GPUs gets no driver tools (the image's `NVIDIA_VISIBLE_DEVICES=all` leak is
-not modelled); nccl-tests output comes from `fleetval.nccl.simulated`, whose header and pids are
-those of an MPI-per-GPU run.
+container without GPUs gets no driver tools and no `/dev/nvidia<N>` (unless the cluster's
+`op.isolation_leak` fault hands it the node's GPUs); `ls` lists only directories of the image and
+/dev; nccl-tests output comes from `fleetval.nccl.simulated`.
 """
 
 from __future__ import annotations
@@ -167,13 +167,14 @@ _UBUNTU_BIN: Final = {
     "rbash": "other",
     "cat": "cat",
     "echo": "echo",
+    "ls": "ls",
     "sleep": "sleep",
     "true": "true",
     "false": "false",
     # Present in the image; the simulator does not run them.
     **dict.fromkeys(
         _words(
-            "ls cp mv rm mkdir rmdir ln chmod chown touch date hostname uname grep sed head tail "
+            "cp mv rm mkdir rmdir ln chmod chown touch date hostname uname grep sed head tail "
             "tee printf env timeout nproc wc sort uniq tr cut xargs find awk mawk id whoami test "
             "[ basename dirname seq stat readlink realpath mktemp sync tar gzip df du ps kill "
             "nice nohup stdbuf which bc expr yes pwd"
@@ -493,9 +494,13 @@ class _Proc:
         self.ctx = ctx
         self.fleet = fleet
         self.files = dict(image.files)
+        self.files.update(dict.fromkeys((f"/dev/{name}" for name in _DEV_ENTRIES), "device"))
         if ctx.gpu_indices:
-            # The NVIDIA container toolkit mounts the driver's utilities into GPU containers.
+            # The NVIDIA container toolkit mounts the driver's utilities and the GPUs' device
+            # nodes into GPU containers (device nodes keep the host's minor numbers).
             self.files["/usr/bin/nvidia-smi"] = "nvidia-smi"
+            nvidia = [*(f"nvidia{i}" for i in ctx.gpu_indices), *_NVIDIA_CONTROL_DEVICES]
+            self.files.update(dict.fromkeys((f"/dev/{name}" for name in nvidia), "device"))
         self.log: list[str] = []
         self.elapsed = 0.0
         self.rng = random.Random(_seed(fleet.seed, ctx.node, ctx.salt, image.ref))
@@ -565,6 +570,34 @@ def _run_cat(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> in
     if any(a not in ("/dev/null", "-") for a in argv[1:]):
         raise _Unsupported(f"unsupported command: {' '.join(argv)} (the simulator has no files)")
     return 0
+
+
+# A container's /dev under containerd (runc's default devices and mounts).
+_DEV_ENTRIES: Final = (
+    "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+    "stdout", "termination-log", "tty", "urandom", "zero",
+)  # fmt: skip
+_NVIDIA_CONTROL_DEVICES: Final = ("nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidiactl")
+
+
+def _run_ls(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
+    """`ls [-1] /dev`: the container's device nodes, one per line, in the C locale's order (the
+    simulated images list no other directory faithfully)."""
+    dirs = [a for a in argv[1:] if a != "-1"]
+    if not dirs or any(posixpath.normpath(a) != "/dev" for a in dirs):
+        raise _Unsupported(f"unsupported command: {' '.join(argv)} (only ls [-1] /dev is simulated)")
+    status = 0
+    for i, directory in enumerate(dirs):
+        prefix = posixpath.normpath(posixpath.join(proc.image.workdir, directory)).rstrip("/") + "/"
+        names = sorted({p[len(prefix) :].split("/", 1)[0] for p in proc.files if p.startswith(prefix)})
+        if not names and prefix != "/":
+            out.err(f"ls: cannot access '{directory}': No such file or directory\n")
+            status = 2
+            continue
+        if len(dirs) > 1:
+            out.out(("\n" if i else "") + f"{directory}:\n")
+        out.out("".join(f"{name}\n" for name in names))
+    return status
 
 
 _SLEEP_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -1718,6 +1751,7 @@ _PROGRAMS: Final[dict[str, Program]] = {
     "false": _run_false,
     "echo": _run_echo,
     "cat": _run_cat,
+    "ls": _run_ls,
     "sleep": _run_sleep,
     "nvidia-entrypoint": _run_nvidia_entrypoint,
     "sshd": _run_sshd,

@@ -212,12 +212,23 @@ def test_unsupported_shell_constructs_exit_2_and_run_nothing(script: str, what: 
 
 
 def test_a_binary_the_image_has_but_the_simulator_does_not_run_exits_2() -> None:
-    result = bash(DCGM_IMAGE, "echo before; ls /; exit 0")
+    result = bash(DCGM_IMAGE, "echo before; uname -r; exit 0")
     assert result.exit_code == 2
     assert (
         result.output
-        == "before\nfleetval-sim: unsupported command: /usr/bin/ls (in the image, not simulated)\n"
+        == "before\nfleetval-sim: unsupported command: /usr/bin/uname (in the image, not simulated)\n"
     )
+    listing = bash(DCGM_IMAGE, "ls -1 /; exit 0")  # ls is simulated for /dev only
+    assert listing.exit_code == 2 and "only ls [-1] /dev is simulated" in listing.output
+
+
+def test_a_container_sees_gpu_device_nodes_only_for_the_gpus_it_was_given() -> None:
+    without = bash(DCGM_IMAGE, "ls -1 /dev", gpus=())
+    assert without.exit_code == 0 and "null\n" in without.output and "nvidia" not in without.output
+    given = bash(DCGM_IMAGE, "ls -1 /dev", gpus=(2, 5))
+    assert [d for d in given.output.split() if d.startswith("nvidia")] == [
+        "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia2", "nvidia5", "nvidiactl",
+    ]  # fmt: skip
 
 
 def test_time_sleep_and_background_jobs() -> None:

@@ -8,7 +8,8 @@ that node, faults included), the mpi-operator, the Job controller, Kueue (admiss
 A fresh cluster starts with the fleet's nodes, the namespaces `DEFAULT_NAMESPACES`, a Kueue
 LocalQueue `fleetval-validation` in `fleetval` (with its ClusterQueue and ResourceFlavor, and
 Kueue's Deployment in `kueue-system`, which tells the version it claims) and the GPU Operator's
-ClusterPolicy `cluster-policy` (driver auto-upgrade on).
+ClusterPolicy `cluster-policy` (driver auto-upgrade on) with its operand pods in `gpu-operator`
+(`operands`).
 
 Deleting an object deletes what it owns (ownerReferences), as the garbage collector does: in the
 background by default, `Foreground` (the owner keeps a deletionTimestamp and the
@@ -56,7 +57,7 @@ from fleetval.k8s.validation import (
     validate_core,
 )
 from fleetval.sim.images import ContainerContext, ContainerResult, run_container
-from fleetval.sim.kube import gpu_operator, kueue, processes
+from fleetval.sim.kube import gpu_operator, kueue, operands, processes
 from fleetval.sim.kube.affinity import has_required_anti_affinity, inter_pod_affinity_reason
 from fleetval.sim.kube.controllers import run_controllers
 from fleetval.sim.kube.jobs import default_job, job_errors
@@ -73,6 +74,7 @@ DEFAULT_NAMESPACES: Final = (
     "kube-node-lease",
     "fleetval",
     "kueue-system",
+    "gpu-operator",
 )
 WATCH_LOG_SIZE: Final = 100_000
 ENDED_LOGS_KEPT: Final = 256
@@ -211,6 +213,11 @@ class SimKubeCluster:
                 (by_kind("ClusterPolicy"), "", gpu_operator.cluster_policy(self.spec)),
             ]:
                 self.insert(res, namespace, body)
+            for pod in operands.operand_pods(self.spec):  # stored with their status; never run here
+                status = pod["status"]
+                self._default_pod(pod)
+                pod["status"] = {**pod["status"], **status}
+                self._put(by_kind("Pod"), self._new_meta(pod, "Pod", operands.NAMESPACE))
             self._flush()
 
     def reset(self) -> None:
@@ -236,7 +243,8 @@ class SimKubeCluster:
             if FOREGROUND_FINALIZER in (body["metadata"].get("finalizers") or []):
                 self._foreground.add(key)  # its dependents' deletion goes on
                 self._gc_pending = True
-            if res_key == "v1/pods" and body["status"].get("phase") not in TERMINAL:
+            static = operands.SIM_STATIC in (body["metadata"].get("annotations") or {})
+            if res_key == "v1/pods" and body["status"].get("phase") not in TERMINAL and not static:
                 (self._active if body["spec"].get("nodeName") else self._pending).add(key)
         return True
 
@@ -1114,9 +1122,14 @@ class SimKubeCluster:
         gpus = self._allocate_gpus(
             node, key, int(scheduling.parse_quantity(_requests(container).get(GPU, "0")))
         )
+        visible = gpus
+        if not gpus and any(f.kind == "op.isolation_leak" for f in self.spec.faults_on(node)):
+            # A runtime that honours the image's NVIDIA_VISIBLE_DEVICES=all for a pod that asked
+            # for no GPU (the toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged).
+            visible = list(range(self.spec.profile_of(node).gpus))
         ctx = ContainerContext(
             node=node,
-            gpu_indices=tuple(gpus),
+            gpu_indices=tuple(visible),
             env={e["name"]: str(e.get("value", "")) for e in container.get("env", []) if "name" in e},
             salt=pod["metadata"]["uid"],
             peers=self._peers(pod),

@@ -8,6 +8,8 @@ and the NVIDIA device plugin leave them on a real GPU node.
   plugin withdraws a GPU after an Xid its health check watches (every Xid except the
   application-class 13, 31, 43, 45, 68 and 109 it ignores), so a pod requesting the node's
   capacity cannot be scheduled and never runs on a subset of its GPUs.
+- The fleet spec's `op.gpu_count_wrong` (`advertised`) makes the device plugin advertise that
+  many GPUs (capacity and allocatable) while GFD's `nvidia.com/gpu.count` keeps the real count.
 - The zone is the fleet's availability zone, not the rack: a product that reads racks from the
   zone label gets one "rack" for the whole fleet here, as it would on most clouds.
 """
@@ -55,6 +57,11 @@ def unhealthy_gpus(spec: FleetSpec, node: str) -> set[int]:
 def node_object(spec: FleetSpec, name: str, rack: Rack, index: int) -> dict[str, Any]:
     profile = spec.profiles[rack.profile]
     allocatable_gpus = profile.gpus - len(unhealthy_gpus(spec, name))
+    advertised = profile.gpus
+    for fault in spec.faults_on(name):
+        if fault.kind == "op.gpu_count_wrong":  # a device plugin that advertises the wrong count
+            advertised = int(fault.params["advertised"])
+            allocatable_gpus = min(allocatable_gpus, advertised)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -66,7 +73,7 @@ def node_object(spec: FleetSpec, name: str, rack: Rack, index: int) -> dict[str,
         },
         "spec": {"podCIDR": f"10.244.{index % 256}.0/24", "providerID": f"fleetval-sim://{spec.name}/{name}"},
         "status": {
-            "capacity": _resources(profile.gpus, allocatable=False),
+            "capacity": _resources(advertised, allocatable=False),
             "allocatable": _resources(allocatable_gpus, allocatable=True),
             "conditions": _conditions(),
             "addresses": [

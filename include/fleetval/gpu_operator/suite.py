@@ -1,0 +1,165 @@
+"""The GPU Operator layer's checks as `gpu_operator_validation` runs them, on any cluster through
+the kubernetes client (no Airflow here).
+
+- D-OP-01 (`check_operands`): the operand pods in the operator's namespace, per GPU node;
+- D-OP-02 (`check_advertised`): each GPU node's advertised resources against GFD's count;
+- D-OP-03 (`isolation_probes`, then `judge_isolation_probes`): one no-GPU probe pod per node class.
+
+Whatever the API answered is stored as the probe's raw output before it is judged (a PodList per
+node, the node's `nvidia.com/` labels and resources), so a verdict can be re-judged later.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from fleetval.gpu_operator.advertised import judge_advertised, node_facts
+from fleetval.gpu_operator.isolation import TOOL as ISOLATION_TOOL
+from fleetval.gpu_operator.isolation import isolation_probe, judge_isolation
+from fleetval.gpu_operator.judge import judge_operands
+from fleetval.gpu_operator.parse import parse_operand_pods
+from fleetval.nodes import NodeInfo
+from fleetval.probes import outputs as probe_outputs
+from fleetval.probes.pod import ProbeSpec
+from fleetval.records import Result, Verdict
+from fleetval.store.repository import Store
+
+SUITE: Final = "gpu_operator_validation"
+DEFAULT_OPERATOR_NAMESPACE: Final = "gpu-operator"
+GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
+PAGE: Final = 500
+
+
+def _paged(fetch: Callable[[str | None], Any]) -> list[Any]:
+    items: list[Any] = []
+    token: str | None = None
+    while True:
+        page = fetch(token)
+        items.extend(page.items)
+        token = page.metadata._continue
+        if not token:
+            return items
+
+
+def _api_probe(run_key: str, tool: str, node: str, source: str) -> ProbeSpec:
+    """A probe whose evidence is an API read, not a pod's output."""
+    return ProbeSpec(
+        probe_key=f"{run_key}/{tool}/{node}",
+        tool=tool,
+        node=node,
+        image="",
+        command=(),
+        params={"source": source},
+    )
+
+
+def _store_and_judge(
+    store: Store,
+    run_id: int,
+    evidence: Iterable[tuple[ProbeSpec, str]],
+    judge: Callable[[str, str], Verdict],
+) -> list[Verdict]:
+    """Raw first, then one verdict per node."""
+    items = list(evidence)
+    now = time.time()
+    probe_outputs.store_probe_outputs(
+        store,
+        run_id,
+        [probe_outputs.probe_output(s, raw, exit_code=0, error=None, finished_at=now) for s, raw in items],
+    )
+    verdicts = []
+    for spec, raw in items:
+        verdict = judge(spec.node, raw)
+        store.add_verdicts(run_id, [verdict], node=spec.node)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def gpu_nodes(core: Any) -> list[dict[str, Any]]:
+    """Every GPU node as the API returns it (a dict)."""
+    nodes = _paged(
+        lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
+    )
+    return [core.api_client.sanitize_for_serialization(n) for n in nodes]
+
+
+def check_operands(
+    store: Store, run_id: int, core: Any, *, run_key: str, nodes: Sequence[str], namespace: str
+) -> list[Verdict]:
+    """D-OP-01 per GPU node, from the operand pods the API lists on it."""
+    pods = _paged(lambda token: core.list_namespaced_pod(namespace, limit=PAGE, _continue=token))
+    by_node: dict[str, list[Any]] = {n: [] for n in nodes}
+    for pod in pods:
+        if pod.spec.node_name in by_node:
+            by_node[pod.spec.node_name].append(core.api_client.sanitize_for_serialization(pod))
+    source = f"GET /api/v1/namespaces/{namespace}/pods"
+    evidence = [
+        (_api_probe(run_key, "gpu-operator", node, source), json.dumps({"kind": "PodList", "items": items}))
+        for node, items in sorted(by_node.items())
+    ]
+    return _store_and_judge(
+        store, run_id, evidence, lambda node, raw: judge_operands(node, parse_operand_pods(raw))
+    )
+
+
+def check_advertised(
+    store: Store, run_id: int, nodes: Sequence[dict[str, Any]], *, run_key: str
+) -> list[Verdict]:
+    """D-OP-02 per GPU node, from its Node object."""
+    evidence = [
+        (
+            _api_probe(run_key, "node-resources", n["metadata"]["name"], "GET /api/v1/nodes"),
+            json.dumps(node_facts(n), sort_keys=True),
+        )
+        for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"]))
+    ]
+    return _store_and_judge(
+        store, run_id, evidence, lambda node, raw: judge_advertised(node, json.loads(raw))
+    )
+
+
+def isolation_probes(nodes: Sequence[NodeInfo], *, run_key: str, image: str | None = None) -> list[ProbeSpec]:
+    """One D-OP-03 probe per node class (hardware profile), on its first node by name that is not
+    quarantined (a quarantined node runs nothing of a tenant's)."""
+    chosen: dict[str, NodeInfo] = {}
+    for node in sorted(nodes, key=lambda n: (n.quarantined, n.name)):
+        if node.is_gpu_node:
+            chosen.setdefault(node.profile, node)
+    return [
+        isolation_probe(n.name, profile, run_key=run_key, image=image)
+        for profile, n in sorted(chosen.items())
+    ]
+
+
+def judge_isolation_probes(store: Store, run_id: int, specs: Sequence[ProbeSpec]) -> list[Verdict]:
+    """D-OP-03 for each stored probe; a probe that left nothing is a harness `error`, never a pass."""
+    probe_outputs.record_missing_probes(store, run_id, specs)
+    verdicts = []
+    for row in store.probes(run_id, [s.probe_key for s in specs]):
+        if row["tool"] != ISOLATION_TOOL:
+            continue
+        node = row["nodes"][0]
+        error = (row.get("spec") or {}).get("harness_error")
+        verdict = judge_isolation(node, row["raw"], exit_code=row["exit_code"], error=error)
+        store.add_verdicts(run_id, [verdict], probe_id=int(row["id"]), node=node)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def summarize(verdicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts per criterion and result, and one line per verdict that did not pass."""
+    rows = list(verdicts)
+    counts = Counter((str(v["criterion"]), str(v["result"])) for v in rows)
+    bad = [
+        f"{v['result']:>12}  {v['criterion']:<8} {v['subject']}: {v['reason']}"
+        for v in rows
+        if v["result"] not in (Result.PASS.value, Result.WARN.value)
+    ]
+    return {
+        "counts": {f"{c} {r}": n for (c, r), n in sorted(counts.items())},
+        "not_passed": bad,
+    }
