@@ -1,6 +1,6 @@
 """
 ### GPU Operator validation (`gpu_operator_validation`)
-Says which layer of the GPU Operator broke, node by node (criteria **D-OP-01..03**):
+Says which layer of the GPU Operator broke, node by node (criteria **D-OP-01..04**):
 
 - `check_operands` (**D-OP-01**): the operand pods on each GPU node (driver, container toolkit,
   device plugin, DCGM exporter, GPU feature discovery, MIG manager, validator). The verdict names
@@ -11,12 +11,18 @@ Says which layer of the GPU Operator broke, node by node (criteria **D-OP-01..03
 - `no_gpu_pod` (**D-OP-03**): one pod **without** a GPU request per node class, in an image that
   sets `NVIDIA_VISIBLE_DEVICES=all`: it must see no `/dev/nvidia<N>`, no GPU in `nvidia-smi -L`
   and no GPU id. A leak hands every tenant every GPU of the node.
+- `check_upgrade_policy` (**D-OP-04**): when a driver rollout is in progress, samples the nodes'
+  upgrade-state labels, cordons and running GPU pods every `rollout_poll_seconds` until it ends
+  (at most `rollout_watch_minutes`), and compares them with the `upgradePolicy` in force (the
+  ClusterPolicy's, or the NVIDIADriver's with `useNvidiaDriverCRD`): `autoUpgrade`,
+  `maxParallelUpgrades`, `maxUnavailable`, GPU pods deleted before the driver restarts,
+  `waitForCompletion`. A difference fails, naming the field. No rollout: no verdict.
 - `report` goes red listing every check that did not pass.
 
 **Schedule:** weekly (Sunday 02:00 UTC), after every driver upgrade the operator finishes (the
 `fleetval_driver_upgrade_done` asset), and manual (the operator's namespace; the probe image, a
-mirror if air-gapped). It reads the cluster and runs one small pod per node class; it changes no
-node.
+mirror if air-gapped; the rollout watch). It reads the cluster and runs one small pod per node
+class; it changes no node.
 
 **Triage:** a `fail` names the node and the operand or the leak (evidence: the PodList, the node's
 `nvidia.com/` labels and resources, the probe's output, all in `fleetval_db`). A failed
@@ -50,6 +56,16 @@ DRIVER_UPGRADE_DONE = Asset("fleetval_driver_upgrade_done")
         "operator_namespace": Param(
             "gpu-operator", type="string", minLength=1, maxLength=63, title="The GPU Operator's namespace"
         ),
+        "rollout_watch_minutes": Param(
+            60,
+            type="integer",
+            minimum=1,
+            maximum=1440,
+            title="D-OP-04: follow a rollout for at most (minutes)",
+        ),
+        "rollout_poll_seconds": Param(
+            15, type="integer", minimum=1, maximum=600, title="D-OP-04: sample the rollout every (seconds)"
+        ),
         "image": Param(
             None,
             type=["null", "string"],
@@ -66,7 +82,12 @@ def gpu_operator_validation() -> None:
     ).expand_kwargs(operator_tasks.plan_isolation(fv_run))
     judged = operator_tasks.judge_isolation(fv_run)
     probes >> judged
-    checks = [operator_tasks.check_operands(fv_run), operator_tasks.check_advertised(fv_run), judged]
+    checks = [
+        operator_tasks.check_operands(fv_run),
+        operator_tasks.check_advertised(fv_run),
+        judged,
+        operator_tasks.check_upgrade_policy(fv_run),
+    ]
     checks >> operator_tasks.report(fv_run)
 
 

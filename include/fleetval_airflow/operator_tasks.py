@@ -88,6 +88,31 @@ def judge_isolation(fv_run: int) -> list[dict[str, Any]]:
     return [v.to_json() for v in suite.judge_isolation_probes(store, fv_run, specs)]
 
 
+@task
+@outage_is_one_line
+def check_upgrade_policy(fv_run: int) -> dict[str, Any] | None:
+    """D-OP-04: a driver rollout in progress, sampled until it ends or the watch window closes,
+    against the upgrade policy in force. No rollout: nothing to observe, no verdict."""
+    from fleetval.gpu_operator import suite
+    from fleetval_airflow import config
+
+    params = get_current_context()["params"]
+    verdict = suite.check_upgrade_policy(
+        config.store(),
+        fv_run,
+        _core(),
+        config.kube_custom_objects(),
+        run_key=_run_key(),
+        max_s=60.0 * float(params["rollout_watch_minutes"]),
+        interval_s=float(params["rollout_poll_seconds"]),
+    )
+    if verdict is None:
+        print("no driver rollout in progress: D-OP-04 has nothing to observe this run")
+        return None
+    print(f"{verdict.criterion} {verdict.result.value}: {verdict.reason}")
+    return verdict.to_json()
+
+
 @task(trigger_rule="all_done", retries=0)  # a finding is not retried
 @outage_is_one_line
 def report(fv_run: int) -> dict[str, Any]:

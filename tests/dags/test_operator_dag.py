@@ -14,17 +14,30 @@ from tests.fleetval.gpu_operator.test_operator_checks import FLEET
 def test_shape_schedule_and_form(dagbag: Any) -> None:
     dag = dagbag.dags["gpu_operator_validation"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "open_run": ["check_advertised", "check_operands", "judge_isolation", "plan_isolation", "report"],
+        "open_run": [
+            "check_advertised",
+            "check_operands",
+            "check_upgrade_policy",
+            "judge_isolation",
+            "plan_isolation",
+            "report",
+        ],
         "plan_isolation": ["no_gpu_pod"],
         "no_gpu_pod": ["judge_isolation"],
         "judge_isolation": ["report"],
         "check_operands": ["report"],
         "check_advertised": ["report"],
+        "check_upgrade_policy": ["report"],
         "report": [],
     }
     assert dag.task_dict["report"].trigger_rule == "all_done"
     assert dag.task_dict["judge_isolation"].trigger_rule == "all_done"
-    assert dag.params.dump() == {"operator_namespace": "gpu-operator", "image": None}
+    assert dag.params.dump() == {
+        "operator_namespace": "gpu-operator",
+        "rollout_watch_minutes": 60,
+        "rollout_poll_seconds": 15,
+        "image": None,
+    }
     # Weekly, and whenever nodes finish a driver upgrade (the NCCL sweep's asset).
     assert dag.timetable.summary == "Asset or 0 2 * * 0"
     assets = [key.name for key, _ in dag.timetable.asset_condition.iter_assets()]
@@ -45,7 +58,15 @@ def test_a_run_finds_every_operator_fault_on_its_node(
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["report"] == "failed"
     assert {k: v for k, v in states.items() if k != "report"} == dict.fromkeys(
-        ("open_run", "check_operands", "check_advertised", "plan_isolation", "no_gpu_pod", "judge_isolation"),
+        (
+            "open_run",
+            "check_operands",
+            "check_advertised",
+            "plan_isolation",
+            "no_gpu_pod",
+            "judge_isolation",
+            "check_upgrade_policy",
+        ),
         "success",
     )
     results = {(v["criterion"], v["subject"]): v["result"] for v in kube.store.verdicts()}

@@ -3,7 +3,9 @@ the kubernetes client (no Airflow here).
 
 - D-OP-01 (`check_operands`): the operand pods in the operator's namespace, per GPU node;
 - D-OP-02 (`check_advertised`): each GPU node's advertised resources against GFD's count;
-- D-OP-03 (`isolation_probes`, then `judge_isolation_probes`): one no-GPU probe pod per node class.
+- D-OP-03 (`isolation_probes`, then `judge_isolation_probes`): one no-GPU probe pod per node class;
+- D-OP-04 (`check_upgrade_policy`): a driver rollout in progress, sampled until it ends, against the
+  upgrade policy in force.
 
 Whatever the API answered is stored as the probe's raw output before it is judged (a PodList per
 node, the node's `nvidia.com/` labels and resources), so a verdict can be re-judged later.
@@ -22,6 +24,15 @@ from fleetval.gpu_operator.isolation import TOOL as ISOLATION_TOOL
 from fleetval.gpu_operator.isolation import isolation_probe, judge_isolation
 from fleetval.gpu_operator.judge import judge_operands
 from fleetval.gpu_operator.parse import parse_operand_pods
+from fleetval.gpu_operator.upgrade_policy import (
+    STATE_LABEL,
+    SUBJECT,
+    UPGRADING,
+    NodeState,
+    Snapshot,
+    judge_rollout,
+    policy_in_force,
+)
 from fleetval.nodes import NodeInfo
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
@@ -32,6 +43,7 @@ SUITE: Final = "gpu_operator_validation"
 DEFAULT_OPERATOR_NAMESPACE: Final = "gpu-operator"
 GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
 PAGE: Final = 500
+ROLLOUT_TOOL: Final = "driver-rollout"
 
 
 def _paged(fetch: Callable[[str | None], Any]) -> list[Any]:
@@ -148,6 +160,108 @@ def judge_isolation_probes(store: Store, run_id: int, specs: Sequence[ProbeSpec]
         store.add_verdicts(run_id, [verdict], probe_id=int(row["id"]), node=node)
         verdicts.append(verdict)
     return verdicts
+
+
+def _uses_gpu(pod: Any) -> bool:
+    for container in pod.spec.containers or []:
+        resources = container.resources
+        for section in (resources.limits, resources.requests) if resources else ():
+            if any(str(k).startswith(("nvidia.com/gpu", "nvidia.com/mig-")) for k in section or {}):
+                return True
+    return False
+
+
+def rollout_snapshot(core: Any, *, at: float) -> Snapshot:
+    """Every GPU node's upgrade state, cordon and running GPU pods, now."""
+    nodes = _paged(
+        lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
+    )
+    running = _paged(
+        lambda token: core.list_pod_for_all_namespaces(
+            field_selector="status.phase=Running", limit=PAGE, _continue=token
+        )
+    )
+    gpu_pods: dict[str, list[dict[str, Any]]] = {}
+    for pod in running:
+        if pod.spec.node_name and _uses_gpu(pod):
+            name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+            gpu_pods.setdefault(pod.spec.node_name, []).append(
+                {"name": name, "labels": pod.metadata.labels or {}}
+            )
+    return Snapshot(
+        at,
+        {
+            n.metadata.name: NodeState(
+                (n.metadata.labels or {}).get(STATE_LABEL, ""),
+                bool(n.spec.unschedulable),
+                tuple(gpu_pods.get(n.metadata.name, ())),
+            )
+            for n in nodes
+        },
+    )
+
+
+def _rolling(snapshot: Snapshot) -> bool:
+    return any(s.state in UPGRADING or s.state == "upgrade-required" for s in snapshot.nodes.values())
+
+
+def observe_rollout(
+    core: Any,
+    *,
+    max_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> list[Snapshot]:
+    """Snapshots every `interval_s` while a rollout is in progress, until it ends or `max_s`; one
+    snapshot when none is."""
+    start = clock()
+    snapshots = [rollout_snapshot(core, at=start)]
+    while _rolling(snapshots[-1]) and clock() - start < max_s:
+        sleep(interval_s)
+        snapshots.append(rollout_snapshot(core, at=clock()))
+    return snapshots
+
+
+def check_upgrade_policy(
+    store: Store,
+    run_id: int,
+    core: Any,
+    custom: Any,
+    *,
+    run_key: str,
+    max_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Verdict | None:
+    """D-OP-04 over a rollout in progress (None, and nothing stored, when none is). The policy is
+    read when the observation starts; the policy and the snapshots are the raw evidence."""
+    policies = custom.list_cluster_custom_object(group="nvidia.com", version="v1", plural="clusterpolicies")
+    cluster_policy = min(
+        policies.get("items") or [{}],
+        key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", "")),
+    )
+    drivers: list[dict[str, Any]] = []
+    if ((cluster_policy.get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD"):
+        listed = custom.list_cluster_custom_object(
+            group="nvidia.com", version="v1alpha1", plural="nvidiadrivers"
+        )
+        drivers = list(listed.get("items") or [])
+    source, policy = policy_in_force(cluster_policy, drivers)
+    snapshots = observe_rollout(core, max_s=max_s, interval_s=interval_s, sleep=sleep)
+    if len(snapshots) == 1 and not _rolling(snapshots[0]):
+        return None
+    raw = json.dumps(
+        {"policy_source": source, "upgradePolicy": policy, "snapshots": [s.to_json() for s in snapshots]}
+    )
+    spec = _api_probe(run_key, ROLLOUT_TOOL, SUBJECT, "GET nodes, pods, clusterpolicies, nvidiadrivers")
+    [verdict] = _store_and_judge(
+        store,
+        run_id,
+        [(spec, raw)],
+        lambda _s, text: judge_rollout(source, policy, snapshots, interval_s=interval_s),
+    )
+    return verdict
 
 
 def summarize(verdicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
