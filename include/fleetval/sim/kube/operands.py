@@ -17,6 +17,7 @@ simulated kubelet does not run them (annotation SIM_STATIC) and they hold no res
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any, Final
 
@@ -60,6 +61,9 @@ NEEDS: Final[dict[str, tuple[str, ...]]] = {
 }
 CRASH_RESTARTS: Final = 13
 STARTED_AT: Final = "2026-01-01T00:05:00Z"
+COMPLETED: Final = {
+    "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": STARTED_AT, "finishedAt": STARTED_AT}
+}
 
 
 def _suffix(*parts: str) -> str:
@@ -88,7 +92,7 @@ def _container_status(
         "ready": ready,
         "restartCount": restarts,
         "started": ready,
-        "state": state,
+        "state": copy.deepcopy(state),  # COMPLETED is shared
     }
 
 
@@ -151,15 +155,7 @@ def operand_pods(spec: FleetSpec) -> list[dict[str, Any]]:
         if down:
             validator["status"] = _status(validator, "Pending", inits_done=False)
         else:
-            done = {
-                "terminated": {
-                    "exitCode": 0,
-                    "reason": "Completed",
-                    "startedAt": STARTED_AT,
-                    "finishedAt": STARTED_AT,
-                }
-            }
-            validator["status"] = _status(validator, "Succeeded", inits_done=True, main=(done, False, 0))
+            validator["status"] = _status(validator, "Succeeded", inits_done=True, main=(COMPLETED, False, 0))
         pods.append(validator)
     return pods
 
@@ -168,25 +164,22 @@ def _status(
     pod: dict[str, Any], phase: str, *, inits_done: bool, main: tuple[dict[str, Any], bool, int] | None = None
 ) -> dict[str, Any]:
     spec = pod["spec"]
-    done = {
-        "terminated": {
-            "exitCode": 0,
-            "reason": "Completed",
-            "startedAt": STARTED_AT,
-            "finishedAt": STARTED_AT,
-        }
-    }
-    waiting_init = {"running": {"startedAt": STARTED_AT}}
-    inits = [
-        _container_status(
-            c["name"], c["image"], done if inits_done or i else waiting_init, ready=inits_done or bool(i)
-        )
-        for i, c in enumerate(spec["initContainers"])
-    ]
-    if not inits_done and inits:
-        # The first init container waits for a marker; the rest have not started.
-        inits = [inits[0] | {"ready": False, "state": waiting_init}] + [
-            s | {"ready": False, "state": {"waiting": {"reason": "PodInitializing"}}} for s in inits[1:]
+    if inits_done:
+        inits = [
+            _container_status(c["name"], c["image"], COMPLETED, ready=True) for c in spec["initContainers"]
+        ]
+    else:
+        # The first init container waits for a validator marker; the rest have not started.
+        inits = [
+            _container_status(
+                c["name"],
+                c["image"],
+                {"running": {"startedAt": STARTED_AT}}
+                if i == 0
+                else {"waiting": {"reason": "PodInitializing"}},
+                ready=False,
+            )
+            for i, c in enumerate(spec["initContainers"])
         ]
     container = spec["containers"][0]
     if main is None:
