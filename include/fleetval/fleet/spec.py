@@ -144,10 +144,19 @@ class FleetSpec:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     # node → rack, built once: per-node lookups stay O(1) on fleets of thousands of nodes.
     rack_of: dict[str, Rack] = field(default_factory=dict, compare=False, repr=False)
+    # node (None: cluster-level) → its faults in spec order, built once: a fleet with a fault on
+    # every 64th node would otherwise scan them all for each node (quadratic in the fleet).
+    _faults_of: dict[str | None, tuple[Fault, ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not self.rack_of:
             self.rack_of.update({n: rack for rack in self.racks for n in rack.node_names()})
+        by_node: dict[str | None, list[Fault]] = {}
+        for fault in self.faults:
+            by_node.setdefault(fault.node, []).append(fault)
+        self._faults_of.update({node: tuple(faults) for node, faults in by_node.items()})
 
     def nodes(self) -> list[tuple[str, Rack]]:
         return [(n, rack) for rack in self.racks for n in rack.node_names()]
@@ -159,10 +168,10 @@ class FleetSpec:
         return self.profiles[rack.profile]
 
     def faults_on(self, node: str, layer: str | None = None) -> list[Fault]:
-        return [f for f in self.faults if f.node == node and (layer is None or f.layer == layer)]
+        return [f for f in self._faults_of.get(node, ()) if layer is None or f.layer == layer]
 
     def cluster_faults(self, layer: str | None = None) -> list[Fault]:
-        return [f for f in self.faults if f.node is None and (layer is None or f.layer == layer)]
+        return [f for f in self._faults_of.get(None, ()) if layer is None or f.layer == layer]
 
 
 def load_fleet_spec(source: str | dict[str, Any]) -> FleetSpec:
