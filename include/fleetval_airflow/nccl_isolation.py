@@ -1,12 +1,13 @@
-"""The isolation task of `post_upgrade_nccl_sweep`: group testing in rounds of MPIJobs.
+"""The isolation task of `post_upgrade_nccl_sweep`: pair testing in rounds of MPIJobs.
 
-Each round asks `fleetval.nccl.isolation.isolation_step` for the next probes (one repeat
-of the next group of every unfinished search; node-disjoint), submits them as MPIJobs through the
-same runner as the pair probes, waits — deferred in `MPIJobTrigger` (one deferral per round) or,
-with `FLEETVAL_PROBE_DEFERRABLE=false`, on the worker — stores the raw outputs and asks again,
-until the step returns the report. A harness failure of a group probe is stored as an `error`
-(the search for that profile stops; its suspects become `inconclusive`), never raised: the task
-fails only when the harness around it does (store, API), and its retry resumes from the store.
+Each round asks `fleetval.nccl.isolation.isolation_step` for the next probes (one repeat of every
+pair of the next round of every unfinished search; node-disjoint, so they run at once), submits
+them as MPIJobs through the same runner as the pair probes, waits — deferred in `MPIJobTrigger`
+(one deferral per round) or, with `FLEETVAL_PROBE_DEFERRABLE=false`, on the worker — stores the
+raw outputs and asks again, until the step returns the report (bad nodes, bad links, what is
+undetermined). A harness failure of a pair probe is stored as an `error` (the search for that
+profile stops; its suspects become `inconclusive`), never raised: the task fails only when the
+harness around it does (store, API), and its retry resumes from the store.
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ class NcclIsolationOperator(BaseOperator):
                     "undetermined": report.undetermined,
                     "probes_used": report.probes_used,
                     "harness_errors": report.harness_errors,
+                    "bad_links": report.bad_links,
+                    "undetermined_links": report.undetermined_links,
+                    "rounds": report.rounds,
                 }
-            self.log.info("isolation round: %s", [s.node for s in step.probes])
+            self.log.info("isolation round: %d MPIJobs: %s", len(step.probes), [s.node for s in step.probes])
             jobs: list[JobRef] = []
             for spec in step.probes:
                 try:

@@ -1,44 +1,115 @@
-"""Fault isolation: locate the bad node(s) among N with few NCCL probes, not all N(N-1)/2 pairs.
+"""Fault isolation: which node — or which link between two nodes — makes NCCL probes fail.
 
-A probe runs one multi-node NCCL test over a *group* of nodes (a pair is the smallest group; a
-ring over many nodes is one probe) and says whether the group was healthy — its busbw within the
-baseline and no errors. A group with a bad node in it is unhealthy; a group of good nodes is
-healthy. That makes isolation adaptive group testing:
+A probe runs one multi-node NCCL test over a pair of nodes and says whether it was healthy. Three
+things make that answer harder to use than "a group with a bad node fails":
 
-1. probe every node not yet cleared, as one group; healthy → done (0 bad: 1 probe);
-2. otherwise binary-split the suspects: probe the first half; healthy → the fault is in the other
-   half (and the first half becomes known-good partners); unhealthy → it is in the first half;
-3. a lone suspect is probed paired with a known-good node, so a pair never blames a good node;
-4. record the bad node and go back to 1 for the rest — which also finds a 2nd, 3rd... bad node.
+- **Probes are noisy.** A healthy pair sometimes fails (a transient), a bad node sometimes passes.
+  No single comparison decides anything: evidence is counted, and a decision needs a *margin*
+  (`IsolationPolicy`, data with an id), like a sequential test.
+- **Faults are nodes or links.** A bad node fails with every partner; a bad link (a cable, a
+  switch port, a rail between two nodes) fails one pair whose members both pass with others.
+- **busbw depends on group size.** The only inter-node baseline measured is the pair's
+  (`inter-2x<gpus>`: `fleetval.nccl.plan.inter_scope`), and the judge compares every group
+  against it (`fleetval.nccl.judge_stored`). A ring over 64–128 nodes is slower per rank than a
+  pair, so against that baseline a healthy big group looks bad and group testing blames whoever
+  happens to be in it. Hence **pairs only**: a probe's baseline is exactly the one measured, and a
+  pair exercises exactly one link — its own — so "a link that fails only between ring
+  neighbours" is the pair itself, never hidden inside a larger ring. The price is O(N) jobs
+  instead of O(log N), but node-disjoint pairs run at once (one round: one MPIJob per pair), and
+  after a sweep (every node already in a pair) only the suspects are probed again.
 
-One bad node among N costs about log2(N) + 2 probes (256 nodes: 10, at most 11) against
-N(N-1)/2 = 32640 pairs; k bad nodes cost about k(log2(N) + 1) + 1. Probes are assumed
-consistent: a flaky probe can clear a bad node; re-probe the result to confirm it.
-If no known-good partner can be found (2 nodes, or every other node bad), the suspects that cannot
-be told apart are returned in `undetermined` rather than guessed.
+Evidence, recounted after every round (`IsolationPolicy` margins; cleared and blamed stick):
 
-Each probe depends on the answers before it. `locate_bad_nodes` asks a callable and waits;
-`resume_search` is the same search for a caller that runs probes elsewhere (an MPIJob per group,
-minutes each): it replays the search over the answers known so far and stops at the first group
-it has no answer for. The search is deterministic, so replaying it is how it resumes.
+1. A pass vouches for both nodes (a bad node passes only by noise). A node is *cleared* when its
+   passes exceed, by `clear_margin`, the number of partners it failed with that are not blamed
+   for it (a failure counts against both members until one of them is blamed).
+2. A node is *blamed* when the cleared partners it fails with outnumber its passes by
+   `blame_margin` (partners, not probes: a bad link to one partner fails as often as it is
+   probed, and counts once), and at least `min_blame_partners` of them. A fleet with fewer
+   cleared nodes than the margin needs every one of them to fail with it.
+3. A failing pair whose members are both cleared is a link question: the pair is re-probed, and
+   only its re-probes since both were cleared decide (the failures that raised the question were
+   chosen for failing) — failures ahead by `link_margin`: a bad link; passes ahead: it was noise.
+4. What is still open when a node or a link has had its cap of probes (or no partner is left)
+   is `undetermined` with the candidates: nodes that failed and were neither cleared nor blamed,
+   links neither confirmed nor cleared. An innocent node is never blamed to end the search.
+
+Rounds: each round is a set of node-disjoint pairs (a node's GPUs run one probe at a time).
+Without prior evidence the search starts with the *screen*: node i with node i + N/2 (N/2 pairs
+at once), `screen_repeats` times, so a bad node or link hides only if every screen probe of it
+flips. Then: link re-probes first, each suspect (a node with an unexplained failure) with a
+cleared partner it has not been paired with yet (distinct partners), then nodes that still need
+passes, with cleared partners or with each other. After a sweep, its pairs are the `prior`
+evidence and there is no screen (`SWEPT_POLICY`).
+
+Each round depends on the answers before it. `locate_bad_nodes` asks a callable and waits;
+`resume_search` is the same search for a caller that runs probes elsewhere (an MPIJob per pair,
+minutes each): it replays the search over the answers known so far — `answer(group, attempt)`,
+attempt counting earlier asks of the same pair — and stops at the first round with a missing
+answer, returning that round's unanswered pairs. The search is deterministic, so replaying it is
+how it resumes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-Probe = Callable[[tuple[str, ...]], bool]
+Group = tuple[str, ...]
+Probe = Callable[[Group], bool]
+Answer = Callable[[Group, int], bool | None]
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationPolicy:
+    """How much evidence decides (see module doc); a data record named by `policy_id`."""
+
+    policy_id: str
+    clear_margin: int
+    blame_margin: int
+    link_margin: int
+    min_blame_partners: int = 2
+    screen_repeats: int = 2  # without prior evidence: rounds of the screen matching first
+    max_probes_per_node: int = 16  # an undecided node probed this often is undetermined
+    max_link_probes: int = 13  # re-probes of one pair before its link is undetermined
+    max_rounds: int = 64
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# No prior evidence: every node needs two passes (the screen's two rounds give them), and every
+# node is exposed to blame: at a 5 % flip rate a good node fails 4 times running with probability
+# 0.05^4 ≈ 6e-6, ~0.2 % of 256-node searches (a margin of 3: 0.05^3 × 256 ≈ 3 %).
+PAIRS_POLICY: Final = IsolationPolicy("nccl-isolation-pairs-1", clear_margin=2, blame_margin=4, link_margin=3)
+# After a sweep: the isolation task reads each pair probe by the majority of its repeats
+# (fleetval.nccl.isolation), so one flipped repeat is outvoted and one passing pair clears its
+# nodes. Only the members of failing pairs are exposed to blame: a margin of 3 suffices there.
+SWEPT_POLICY: Final = dataclasses.replace(
+    PAIRS_POLICY, policy_id="nccl-isolation-swept-1", clear_margin=1, blame_margin=3
+)
+# One comparison decides: what the bench measures beside the policies above.
+SINGLE_COMPARISON: Final = IsolationPolicy(
+    "nccl-isolation-single-comparison",
+    clear_margin=1,
+    blame_margin=1,
+    link_margin=1,
+    min_blame_partners=1,
+    screen_repeats=1,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeRecord:
-    group: tuple[str, ...]
+    group: Group
     healthy: bool
+    round: int = 0  # 0: prior evidence (the sweep); the search's rounds count from 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": list(self.group), "healthy": self.healthy}
+        return {"group": list(self.group), "healthy": self.healthy, "round": self.round}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +118,9 @@ class IsolationResult:
     probes_used: int
     probes: list[ProbeRecord] = field(default_factory=list)
     undetermined: tuple[str, ...] = ()
+    bad_links: tuple[tuple[str, str], ...] = ()
+    undetermined_links: tuple[tuple[str, str], ...] = ()
+    rounds: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,162 +128,288 @@ class IsolationResult:
             "probes_used": self.probes_used,
             "probes": [p.to_json() for p in self.probes],
             "undetermined": list(self.undetermined),
+            "bad_links": [list(link) for link in self.bad_links],
+            "undetermined_links": [list(link) for link in self.undetermined_links],
+            "rounds": self.rounds,
         }
-
-
-class _Search:
-    def __init__(self, nodes: tuple[str, ...], probe: Probe) -> None:
-        self.nodes = nodes
-        self.probe = probe
-        self.good: set[str] = set()
-        self.bad: list[str] = []
-        self.undetermined: list[str] = []
-        self.records: list[ProbeRecord] = []
-        self.unhealthy: set[frozenset[str]] = set()
-
-    def run(self, group: tuple[str, ...]) -> bool:
-        if frozenset(group) in self.unhealthy:
-            return False  # already seen failing; probes are assumed consistent
-        healthy = bool(self.probe(group))
-        self.records.append(ProbeRecord(group, healthy))
-        if healthy:
-            self.good.update(group)
-        else:
-            self.unhealthy.add(frozenset(group))
-        return healthy
-
-    def partner(self, exclude: set[str]) -> str | None:
-        """A known-good node; if none is known yet, clear some unknown nodes outside `exclude`."""
-        for node in self.nodes:  # deterministic: first known-good in the caller's order
-            if node in self.good:
-                return node
-        candidates = [n for n in self.nodes if n not in exclude and n not in self.bad and n not in self.good]
-        # Probe the unknown outsiders, halving unhealthy groups, until one group is healthy
-        # (one probe when there is a single bad node).
-        queue = [candidates]
-        while queue:
-            group = queue.pop(0)
-            if len(group) < 2:
-                continue
-            if self.run(tuple(group)):
-                return group[0]
-            queue.extend([group[: len(group) // 2], group[len(group) // 2 :]])
-        # Dense faults: any two unknown nodes (suspects included) that pass together are good.
-        unknown = [n for n in self.nodes if n not in self.bad and n not in self.good]
-        for i, a in enumerate(unknown):
-            for b in unknown[i + 1 :]:
-                if self.run((a, b)):
-                    return a
-        return None
-
-    def group_for(self, members: list[str], suspects: list[str]) -> tuple[str, ...] | None:
-        if len(members) >= 2:
-            return tuple(members)
-        mate = self.partner(set(suspects))
-        return None if mate is None else (members[0], mate)
-
-    def find_one(self, suspects: list[str]) -> str | None:
-        """One bad node among `suspects`, known to hold at least one; None if undecidable."""
-        s = list(suspects)
-        while len(s) > 1:
-            cut = len(s) // 2
-            if cut == 1 and not self.good:
-                cut = len(s) - 1  # no partner yet: keep the probed half a real group (3 → 2 + 1)
-            half = s[:cut]
-            group = self.group_for(half, s)
-            if group is None:
-                self.undetermined.extend(s)
-                return None
-            s = s[cut:] if self.run(group) else half
-        return s[0]
-
-
-def locate_bad_nodes(nodes: Sequence[str], probe: Probe) -> IsolationResult:
-    """Find every bad node among `nodes`; `probe(group)` is True when the group is healthy.
-
-    Groups passed to `probe` have at least two nodes whenever `nodes` has two or more (a single
-    node is probed alone only when it is the whole fleet).
-    """
-    ordered = tuple(nodes)
-    if len(set(ordered)) != len(ordered):
-        raise ValueError("node names must be unique")
-    search = _Search(ordered, probe)
-    _locate(search)
-    return _result(search)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchProgress:
-    """Where a resumed search stands: the next group to probe (None: the search is over), and
-    what is known so far (`result`: final when `next_group` is None; `cleared`: nodes a healthy
-    group vouched for)."""
+    """Where a resumed search stands: the pairs of the current round still to probe (empty: the
+    search is over), and what is known so far (`result`: final when `next_round` is empty;
+    `cleared`: nodes the evidence vouches for)."""
 
-    next_group: tuple[str, ...] | None
+    next_round: tuple[Group, ...]
     result: IsolationResult
     cleared: tuple[str, ...] = ()
+    attempts: tuple[int, ...] = ()  # per pair of next_round: how often it was asked before
+
+    @property
+    def next_group(self) -> Group | None:
+        return self.next_round[0] if self.next_round else None
 
 
-class _Unanswered(Exception):
-    def __init__(self, group: tuple[str, ...]) -> None:
-        super().__init__(group)
-        self.group = group
+def _edge(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
 
 
-def resume_search(nodes: Sequence[str], answer: Callable[[tuple[str, ...]], bool | None]) -> SearchProgress:
-    """`locate_bad_nodes` over the answers known so far: `answer(group)` is True/False for a group
-    already probed, None for one that was not. Stops at the first unanswered group."""
+class _Search:
+    """The evidence so far and the decisions it supports; `absorb` one round, then `plan`."""
+
+    def __init__(self, nodes: Group, policy: IsolationPolicy, prior: Iterable[ProbeRecord]) -> None:
+        self.nodes = nodes
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.policy = policy
+        self.outcomes: dict[frozenset[str], list[bool]] = defaultdict(list)
+        self.when: dict[frozenset[str], list[int]] = defaultdict(list)  # round of each outcome
+        self.cleared_at: dict[str, int] = {}
+        self.partners: dict[str, set[str]] = defaultdict(set)
+        self.passes: Counter[str] = Counter()
+        self.seen: Counter[str] = Counter()
+        self.asked: Counter[frozenset[str]] = Counter()
+        self.cleared: set[str] = set()
+        self.blamed: set[str] = set()
+        self.records: list[ProbeRecord] = []
+        self.rounds = 0
+        self.screen: list[Group] = []
+        known = set(nodes)
+        usable = [
+            r for r in prior if len(r.group) == 2 and set(r.group) <= known and r.group[0] != r.group[1]
+        ]
+        if usable:
+            self.absorb([ProbeRecord(r.group, r.healthy, 0) for r in usable], searched=False)
+        elif len(nodes) > 1:
+            self.screen = self._screen(list(nodes))
+
+    # --- evidence -------------------------------------------------------------------------
+    def absorb(self, records: Sequence[ProbeRecord], *, searched: bool = True) -> None:
+        for r in records:
+            if searched:
+                self.records.append(r)
+                self.asked[frozenset(r.group)] += 1
+            if len(r.group) == 1:  # a one-node fleet: its own probe decides
+                (self.blamed if not r.healthy else self.cleared).add(r.group[0])
+                continue
+            a, b = r.group
+            self.outcomes[_edge(a, b)].append(r.healthy)
+            self.when[_edge(a, b)].append(r.round)
+            self.partners[a].add(b)
+            self.partners[b].add(a)
+            self.seen.update((a, b))
+            if r.healthy:
+                self.passes.update((a, b))
+        if searched:
+            self.rounds += 1
+        self._decide()
+
+    def _net(self, a: str, b: str) -> int:
+        o = self.outcomes.get(_edge(a, b), [])
+        return 2 * sum(o) - len(o)
+
+    def _decide(self) -> None:
+        p = self.policy
+        for a in self.nodes:
+            if a in self.cleared or a in self.blamed:
+                continue
+            # A failure is held against a node until its partner is blamed for it.
+            against = sum(
+                1 for t in self.partners[a] if t not in self.blamed and False in self.outcomes[_edge(a, t)]
+            )
+            if self.passes[a] - against >= p.clear_margin:
+                self.cleared.add(a)
+                self.cleared_at[a] = self.rounds
+        # A tiny fleet has fewer cleared partners than the margin: then every one must fail.
+        margin = max(p.min_blame_partners, min(p.blame_margin, len(self.cleared)))
+        for a in self.nodes:
+            if a in self.blamed or not self.partners[a]:
+                continue
+            # Partners, not probes: a link to one partner fails as often as it is probed.
+            failing = sum(1 for t in self.partners[a] if t in self.cleared and self._net(a, t) < 0)
+            if failing - self.passes[a] >= margin:
+                self.blamed.add(a)
+                self.cleared.discard(a)
+
+    def _link(self, edge: frozenset[str]) -> str:
+        """bad | fine | undetermined | open, for a failing pair of two cleared nodes."""
+        since = max(self.cleared_at[n] for n in edge)
+        after = [h for h, r in zip(self.outcomes[edge], self.when[edge], strict=True) if r > since]
+        score = (len(after) - sum(after)) - sum(after)
+        if score >= self.policy.link_margin:
+            return "bad"
+        if score <= -self.policy.link_margin:
+            return "fine"
+        return "undetermined" if len(after) >= self.policy.max_link_probes else "open"
+
+    def _links(self) -> dict[tuple[str, str], str]:
+        out: dict[tuple[str, str], str] = {}
+        for edge, o in self.outcomes.items():
+            if False in o and edge <= self.cleared:
+                a, b = sorted(edge, key=self.index.__getitem__)
+                out[(a, b)] = self._link(edge)
+        return dict(sorted(out.items(), key=lambda kv: (self.index[kv[0][0]], self.index[kv[0][1]])))
+
+    def _unexplained_fail(self, a: str) -> bool:
+        """`a` failed with a partner that is not blamed for it."""
+        return any(t not in self.blamed and False in self.outcomes[_edge(a, t)] for t in self.partners[a])
+
+    def _undecided(self) -> list[str]:
+        return [n for n in self.nodes if n not in self.cleared and n not in self.blamed]
+
+    # --- the next round -------------------------------------------------------------------
+    def _pair(self, a: str, b: str) -> Group:
+        return (a, b) if self.index[a] < self.index[b] else (b, a)
+
+    def _partner(self, s: str, candidates: Sequence[str], busy: set[str]) -> str | None:
+        """A free partner for `s`: one it was never paired with first, else the one it did best
+        with; never a pair already failing by the blame margin (probing it again says nothing)."""
+        best: tuple[int, int, int, int] | None = None
+        chosen = None
+        for t in candidates:
+            if t == s or t in busy:
+                continue
+            o = self.outcomes.get(_edge(s, t), [])
+            if not o:
+                return t
+            net = 2 * sum(o) - len(o)
+            if -net >= self.policy.blame_margin:
+                continue
+            key = (1, -net, len(o), self.index[t])
+            if best is None or key < best:
+                best, chosen = key, t
+        return chosen
+
+    def _screen(self, free: list[str]) -> list[Group]:
+        """Fresh pairs among `free`, node i with node i + n/2 first (far apart in the order)."""
+        n = len(free)
+        taken: set[str] = set()
+        out: list[Group] = []
+        offsets = [*range(n // 2, n), *range(1, n // 2)]
+        for i, s in enumerate(free):
+            if s in taken:
+                continue
+            for off in offsets:
+                t = free[(i + off) % n]
+                if t != s and t not in taken and _edge(s, t) not in self.outcomes:
+                    taken.update((s, t))
+                    out.append(self._pair(s, t))
+                    break
+        return out
+
+    def plan(self) -> list[Group]:
+        if len(self.nodes) == 1:
+            return [] if self.records else [self.nodes]
+        if self.rounds >= self.policy.max_rounds:
+            return []
+        if self.screen and self.rounds < self.policy.screen_repeats:
+            return list(self.screen)
+        busy: set[str] = set()
+        out: list[Group] = []
+
+        def add(group: Group) -> None:
+            busy.update(group)
+            out.append(group)
+
+        for (a, b), state in self._links().items():
+            if state == "open" and a not in busy and b not in busy:
+                add((a, b))
+        cap = self.policy.max_probes_per_node
+        undecided = [n for n in self._undecided() if self.seen[n] < cap]
+        suspects = sorted(
+            (n for n in undecided if self._unexplained_fail(n)), key=lambda n: (self.seen[n], self.index[n])
+        )
+        cleared = [n for n in self.nodes if n in self.cleared]
+        for s in suspects:
+            if s in busy:
+                continue
+            # no cleared node anywhere (a tiny or mostly broken fleet): pair undecided nodes
+            t = self._partner(s, cleared if cleared else undecided, busy)
+            if t is not None:
+                add(self._pair(s, t))
+        suspect_set = set(suspects)
+        screening = [n for n in undecided if n not in suspect_set and n not in busy]
+        waiting = []
+        for s in screening:
+            t = self._partner(s, cleared, busy) if cleared else None
+            if t is None:
+                waiting.append(s)
+            else:
+                add(self._pair(s, t))
+        for group in self._screen([n for n in waiting if n not in busy]):
+            add(group)
+        return out
+
+    # --- the answer -----------------------------------------------------------------------
+    def result(self, *, final: bool) -> IsolationResult:
+        links = self._links()
+        undetermined: tuple[str, ...] = ()
+        open_links: tuple[tuple[str, str], ...] = ()
+        if final:
+            undetermined = tuple(n for n in self._undecided() if self._unexplained_fail(n))
+            open_links = tuple(link for link, s in links.items() if s in ("open", "undetermined"))
+        return IsolationResult(
+            bad=tuple(n for n in self.nodes if n in self.blamed),
+            probes_used=len(self.records),
+            probes=list(self.records),
+            undetermined=undetermined,
+            bad_links=tuple(link for link, s in links.items() if s == "bad"),
+            undetermined_links=open_links,
+            rounds=self.rounds,
+        )
+
+    def cleared_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n in self.nodes if n in self.cleared)
+
+
+def _checked(nodes: Sequence[str]) -> Group:
     ordered = tuple(nodes)
     if len(set(ordered)) != len(ordered):
         raise ValueError("node names must be unique")
-
-    def probe(group: tuple[str, ...]) -> bool:
-        known = answer(group)
-        if known is None:
-            raise _Unanswered(group)
-        return known
-
-    search = _Search(ordered, probe)
-    try:
-        _locate(search)
-    except _Unanswered as pending:
-        return SearchProgress(pending.group, _result(search), _cleared(search))
-    return SearchProgress(None, _result(search), _cleared(search))
+    return ordered
 
 
-def _cleared(search: _Search) -> tuple[str, ...]:
-    return tuple(n for n in search.nodes if n in search.good)
+def resume_search(
+    nodes: Sequence[str],
+    answer: Answer,
+    *,
+    prior: Iterable[ProbeRecord] = (),
+    policy: IsolationPolicy = PAIRS_POLICY,
+) -> SearchProgress:
+    """The search over the answers known so far: `answer(group, attempt)` is True/False for a pair
+    already probed (`attempt`: how many times this pair was asked before), None for one that was
+    not. Stops at the first round with an unanswered pair and returns those pairs."""
+    search = _Search(_checked(nodes), policy, prior)
+    while groups := search.plan():
+        got: list[ProbeRecord] = []
+        missing: list[Group] = []
+        attempts: list[int] = []
+        for group in groups:
+            attempt = search.asked[frozenset(group)]
+            known = answer(group, attempt)
+            if known is None:
+                missing.append(group)
+                attempts.append(attempt)
+            else:
+                got.append(ProbeRecord(group, bool(known), search.rounds + 1))
+        if missing:
+            return SearchProgress(
+                tuple(missing), search.result(final=False), search.cleared_nodes(), tuple(attempts)
+            )
+        search.absorb(got)
+    return SearchProgress((), search.result(final=True), search.cleared_nodes())
 
 
-def _result(search: _Search) -> IsolationResult:
-    bad = tuple(n for n in search.nodes if n in search.bad)
-    undetermined = tuple(n for n in search.nodes if n in search.undetermined)
-    return IsolationResult(
-        bad=bad, probes_used=len(search.records), probes=list(search.records), undetermined=undetermined
-    )
-
-
-def _locate(search: _Search) -> None:
-    ordered = search.nodes
-    if not ordered:
-        return
-    if len(ordered) == 1:
-        if not search.run(ordered):
-            search.bad.append(ordered[0])
-        return
-    while True:
-        suspects = [
-            n
-            for n in ordered
-            if n not in search.good and n not in search.bad and n not in search.undetermined
-        ]
-        if not suspects:
-            break
-        group = search.group_for(suspects, suspects)
-        if group is None:
-            search.undetermined.extend(suspects)
-            break
-        if search.run(group):
-            break
-        found = search.find_one(suspects)
-        if found is not None:
-            search.bad.append(found)
+def locate_bad_nodes(
+    nodes: Sequence[str],
+    probe: Probe,
+    *,
+    prior: Iterable[ProbeRecord] = (),
+    policy: IsolationPolicy = PAIRS_POLICY,
+) -> IsolationResult:
+    """Find every bad node and bad link among `nodes`; `probe(pair)` is True when the pair was
+    healthy (it may be wrong now and then: see module doc). Probes are pairs whenever `nodes` has
+    two or more; a single node is probed alone only when it is the whole fleet."""
+    search = _Search(_checked(nodes), policy, prior)
+    while groups := search.plan():
+        search.absorb([ProbeRecord(g, bool(probe(g)), search.rounds + 1) for g in groups])
+    return search.result(final=True)

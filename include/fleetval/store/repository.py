@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import io
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, TypeDecorator, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
@@ -34,6 +34,7 @@ from fleetval.errors import FleetvalError
 from fleetval.records import Verdict
 from fleetval.store.models import (
     Baseline,
+    LosslessJson,
     Measurement,
     NodeEvent,
     Probe,
@@ -42,6 +43,7 @@ from fleetval.store.models import (
     VerdictRow,
     decode_raw,
     encode_raw,
+    escape_json,
     utcnow,
 )
 
@@ -142,15 +144,53 @@ def _dialect_insert(conn: Connection, table: Table) -> Any:
     raise NotImplementedError(f"unsupported database dialect {conn.dialect.name!r}")
 
 
+# What COPY's text format escapes; most values hold none of it.
+_COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
+
+
+def _copy_text(text: str) -> str:
+    if _COPY_SPECIAL.search(text) is None:
+        return text
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def _copy_escape(value: Any) -> str:
+    """`value` in COPY's text format (the commonest types first: this runs for every value)."""
     if value is None:
         return "\\N"
+    kind = type(value)
+    if kind is str:
+        return _copy_text(value)
+    if kind is int or kind is float:  # no COPY specials in their str()
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):  # bytea's hex form, its "\\" escaped
+        return "\\\\x" + bytes(value).hex()
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
     elif isinstance(value, dt.datetime):
         value = value.isoformat()
-    text = str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return _copy_text(str(value))
+
+
+# One encoder for every document: json.dumps with options builds a new one per call.
+_JSON_STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _copy_json(value: Any) -> str:
+    """A `LosslessJson` value in COPY's text format: what `_copy_escape(escape_json(value))` gives.
+
+    json.dumps (ASCII, NaN refused) shows at once whether escaping can change anything: only a
+    non-finite float or a string that dumps as a `\\u` escape (NUL, a surrogate, the escape mark,
+    any non-ASCII) can. Such documents, and rare top-level scalars, take the walk."""
+    if isinstance(value, dict | list | tuple):
+        try:
+            text = _JSON_STRICT(value)
+        except ValueError:
+            pass
+        else:
+            if "\\u" not in text:
+                return _copy_text(text)
+    return _copy_escape(escape_json(value))
 
 
 def copy_rows(
@@ -165,21 +205,21 @@ def copy_rows(
 
     `types_of`: the table whose column types convert the values first (COPY bypasses them), so
     lossless columns get their escaped form. The driver's errors come back as SQLAlchemy's (a
-    lost connection is an OperationalError, a refused value a DataError), as for any statement."""
-    converters = [_bind_converter(conn, types_of, c) for c in columns]
-    text = io.StringIO()
-    for row in rows:
-        text.write("\t".join(_copy_escape(convert(v)) for convert, v in zip(converters, row, strict=True)))
-        text.write("\n")
-    # Encoded here: a lone surrogate is a UnicodeEncodeError (a refused value), not psycopg2's
-    # cancelled COPY, which reads like a lost connection.
-    buf = io.BytesIO(text.getvalue().encode("utf-8"))
+    lost connection is an OperationalError, a refused value a DataError), as for any statement.
+
+    The rows are formatted as the server reads them (`_CopySource`), so the server's work (parse,
+    index, TOAST) overlaps this process's formatting instead of following it. A value that cannot
+    be formatted or encoded ends the COPY early and is raised after it (the caller's transaction
+    then rolls back what was sent): a lone surrogate is a UnicodeEncodeError (a refused value),
+    not psycopg2's cancelled COPY, which reads like a lost connection."""
+    formats = [_copy_formatter(conn, types_of, c) for c in columns]
+    source = _CopySource("\t".join([fmt(v) for fmt, v in zip(formats, row, strict=True)]) for row in rows)
     statement = f"COPY {table_name} ({', '.join(columns)}) FROM STDIN"
     dbapi_conn = conn.connection.dbapi_connection
     assert dbapi_conn is not None
     cursor = dbapi_conn.cursor()
     try:
-        cursor.copy_expert(statement, buf)
+        cursor.copy_expert(statement, source, size=_COPY_READ)
     except conn.dialect.loaded_dbapi.Error as exc:
         raise sa_exc.DBAPIError.instance(
             statement,
@@ -191,13 +231,52 @@ def copy_rows(
         ) from exc
     finally:
         cursor.close()
+    if source.error is not None:
+        raise source.error
 
 
-def _bind_converter(conn: Connection, table: Table | None, column: str) -> Callable[[Any], Any]:
+# Bytes psycopg2 asks for per read of a COPY source (its default is 8 KiB).
+_COPY_READ: Final = 1 << 16
+
+
+class _CopySource:
+    """A file for psycopg2's `copy_expert`: each read formats and encodes the next lines. An error
+    is kept (`error`) and ends the data, since one raised inside psycopg2's read would reach the
+    caller as a failed COPY rather than as itself; only whole lines are ever sent."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+        self.error: Exception | None = None
+
+    def read(self, size: int = -1) -> bytes:
+        if self.error is not None:
+            return b""
+        parts: list[str] = []
+        length = 0
+        try:
+            for line in self._lines:
+                parts.append(line)
+                length += len(line) + 1
+                if 0 <= size <= length:
+                    break
+            if not parts:
+                return b""
+            parts.append("")
+            return "\n".join(parts).encode("utf-8")
+        except Exception as exc:  # re-raised by copy_rows once the COPY has ended
+            self.error = exc
+            return b""
+
+
+def _copy_formatter(conn: Connection, table: Table | None, column: str) -> Callable[[Any], str]:
+    """The column's bind conversion (COPY bypasses it), then COPY's text format."""
     kind = table.c[column].type if table is not None else None
+    if isinstance(kind, LosslessJson):
+        return _copy_json
     if isinstance(kind, TypeDecorator):
-        return lambda value: kind.process_bind_param(value, conn.dialect)
-    return lambda value: value
+        dialect = conn.dialect
+        return lambda value: _copy_escape(kind.process_bind_param(value, dialect))
+    return _copy_escape
 
 
 def _can_copy(conn: Connection) -> bool:
@@ -222,6 +301,24 @@ VERDICT_COLUMNS = (
 )
 VERDICT_UPDATABLE = VERDICT_COLUMNS[1:]
 MEASUREMENT_COLUMNS = ("probe_id", "seq", "node", "gpu", "metric", "value", "unit", "attrs")
+PROBE_COLUMNS = (
+    "run_id",
+    "probe_key",
+    "tool",
+    "tool_version",
+    "nodes",
+    "spec",
+    "raw",
+    "raw_codec",
+    "raw_sha256",
+    "exit_code",
+    "started_at",
+    "finished_at",
+)
+PROBE_UPDATABLE = PROBE_COLUMNS[2:]
+# From this many rows a bulk write goes through COPY (a staging table where a conflict rule is
+# needed); below it, one statement's round trip is cheaper than a staging table's.
+COPY_MIN_ROWS = 100
 
 
 def verdict_row(
@@ -496,28 +593,43 @@ class Store:
                     "finished_at": p.finished_at,
                 }
             )
+        if _can_copy(conn) and len(rows) >= COPY_MIN_ROWS:
+            return self._copy_upsert_probes(conn, rows)
         stmt = _dialect_insert(conn, Probe.__table__)  # type: ignore[arg-type]
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "probe_key"],
-            set_={
-                c: stmt.excluded[c]
-                for c in (
-                    "tool",
-                    "tool_version",
-                    "nodes",
-                    "spec",
-                    "raw",
-                    "raw_codec",
-                    "raw_sha256",
-                    "exit_code",
-                    "started_at",
-                    "finished_at",
-                )
-            },
+            set_={c: stmt.excluded[c] for c in PROBE_UPDATABLE},
         )
         for chunk in _chunks(rows, 2000):
             conn.execute(stmt, chunk)
         return _probe_ids(conn, run_id, [p.probe_key for p in probes])
+
+    def _copy_upsert_probes(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """COPY into a staging table, then one set-based upsert that returns the ids: a wave's raw
+        output (the largest part of a sweep) at close to COPY speed instead of a statement's
+        parameters per row. The stage has the columns' types and no default, so it draws no ids."""
+        last = {r["probe_key"]: r for r in rows}  # one statement may not touch a key twice
+        run_id = rows[0]["run_id"]
+        values = [[r[c] for c in PROBE_COLUMNS] for r in last.values()]
+        table: Table = Probe.__table__  # type: ignore[assignment]
+        if not _probe_ids(conn, run_id, list(last)) and _copy_if_new(
+            conn, "probes", PROBE_COLUMNS, values, table
+        ):
+            return _probe_ids(conn, run_id, list(last))
+        cols = ", ".join(PROBE_COLUMNS)
+        conn.exec_driver_sql(
+            "CREATE TEMP TABLE IF NOT EXISTS probes_stage ON COMMIT DROP "
+            f"AS SELECT {cols} FROM probes WITH NO DATA"
+        )
+        copy_rows(conn, "probes_stage", PROBE_COLUMNS, values, types_of=table)
+        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in PROBE_UPDATABLE)
+        found = conn.exec_driver_sql(
+            f"INSERT INTO probes ({cols}) SELECT {cols} FROM probes_stage "
+            f"ON CONFLICT (run_id, probe_key) DO UPDATE SET {sets} RETURNING probe_key, id"
+        )
+        ids = {str(key): int(pid) for key, pid in found}
+        conn.exec_driver_sql("DROP TABLE probes_stage")
+        return ids
 
     def _replace_measurements(
         self, conn: Connection, probes: Sequence[ProbeIn], probe_ids: Mapping[str, int]
@@ -541,23 +653,23 @@ class Store:
         if not rows:
             return
         if _can_copy(conn) and len(rows) > 500:
+            unique = list(_last_per_key(rows))
+            values = [[r[c] for c in VERDICT_COLUMNS] for r in unique]
+            table: Table = VerdictRow.__table__  # type: ignore[assignment]
+            if not _any_verdict_stored(conn, unique) and _copy_if_new(
+                conn, "verdicts", VERDICT_COLUMNS, values, table
+            ):
+                return
             # COPY into a staging table, then one set-based upsert: conflict handling at COPY speed.
-            conn.exec_driver_sql(
-                "CREATE TEMP TABLE IF NOT EXISTS verdicts_stage "
-                "(LIKE verdicts INCLUDING DEFAULTS) ON COMMIT DROP"
-            )
-            copy_rows(
-                conn,
-                "verdicts_stage",
-                VERDICT_COLUMNS,
-                ([r[c] for c in VERDICT_COLUMNS] for r in rows),
-                types_of=VerdictRow.__table__,  # type: ignore[arg-type]
-            )
             cols = ", ".join(VERDICT_COLUMNS)
+            conn.exec_driver_sql(
+                "CREATE TEMP TABLE IF NOT EXISTS verdicts_stage ON COMMIT DROP "
+                f"AS SELECT {cols} FROM verdicts WITH NO DATA"
+            )
+            copy_rows(conn, "verdicts_stage", VERDICT_COLUMNS, values, types_of=table)
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in VERDICT_UPDATABLE)
             conn.exec_driver_sql(
-                f"INSERT INTO verdicts ({cols}) SELECT DISTINCT ON (run_id, criterion, subject) {cols} "
-                f"FROM verdicts_stage ORDER BY run_id, criterion, subject "
+                f"INSERT INTO verdicts ({cols}) SELECT {cols} FROM verdicts_stage "
                 f"ON CONFLICT (run_id, criterion, subject) DO UPDATE SET {sets}"
             )
             conn.exec_driver_sql("DROP TABLE verdicts_stage")
@@ -700,6 +812,30 @@ class Store:
                 )
             ).first()
             return dict(row._mapping) if row else None
+
+
+def _copy_if_new(
+    conn: Connection, table_name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], table: Table
+) -> bool:
+    """COPY rows whose keys are not stored yet straight into their table (no staging, no conflict
+    rule): a first ingest. False, with nothing written, when a key was stored meanwhile (another
+    attempt of the same task): the caller's upsert then handles it."""
+    try:
+        with conn.begin_nested():
+            copy_rows(conn, table_name, columns, rows, types_of=table)
+    except sa_exc.IntegrityError:
+        return False
+    return True
+
+
+def _any_verdict_stored(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
+    found = conn.exec_driver_sql(
+        "SELECT EXISTS (SELECT 1 FROM verdicts v JOIN unnest(%s::bigint[], %s::text[], %s::text[]) "
+        "AS k(run_id, criterion, subject) ON v.run_id = k.run_id AND v.criterion = k.criterion "
+        "AND v.subject = k.subject)",
+        ([r["run_id"] for r in rows], [r["criterion"] for r in rows], [r["subject"] for r in rows]),
+    )
+    return bool(found.scalar())
 
 
 def _probe_ids(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, int]:

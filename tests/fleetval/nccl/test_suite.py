@@ -140,10 +140,10 @@ def test_sweep_catches_every_nccl_fault_on_the_right_subject(lab: tuple[Store, L
     assert set(located) == FAULTY
     assert located["r02-n03"]["evidence"]["failed_criteria"] == ["D-NET-NCCL-03"]
     assert all(r["result"] == "fail" and r["criterion"] == "D-NET-NCCL-02" for r in located.values())
-    # isolation ran one repeat of one group per round: fewer rounds than probes × repeats
+    # isolation ran one repeat of every pair of a round at once (node-disjoint: Lab.run checks)
     rounds = cluster.probed[3 + len(plan.waves("pairs")) :]
     assert sum(len(r) for r in rounds) == 3 * isolation["probes_used"]
-    assert all(len(r) == 1 for r in rounds)  # one profile: one search, one group at a time
+    assert len(rounds) == isolation["rounds"] < 3 * isolation["probes_used"]
 
     # every busbw verdict names the baseline row and version it was judged against
     busbw = [r for r in rows if r["rule_id"].startswith("nccl.busbw.")]
@@ -253,7 +253,8 @@ def test_a_harness_error_in_isolation_stops_the_search_and_blames_nobody(lite: t
     isolation = store.run_meta(run_id)["isolation"]
     told_apart = ["r01-n03", "r02-n03"]  # the failing pair: neither was told apart
     assert isolation["bad"] == [] and isolation["undetermined"] == isolation["interrupted"] == told_apart
-    assert len(isolation["harness_errors"]) == 1 and isolation["probes_used"] == 1
+    # one round: each suspect with a known-good partner, both probes broken
+    assert len(isolation["harness_errors"]) == isolation["probes_used"] == 2
     rows = {(r["criterion"], r["subject"]): r for r in store.verdicts(run_id)}
     for node in told_apart:
         verdict = rows[("D-NET-NCCL-02", node)]
@@ -280,13 +281,14 @@ def test_isolation_resumes_from_the_store(lite: tuple[Store, Lab]) -> None:
     first = nccl_isolation.isolation_step(store, run_id=run_id, run_key=run_key, plan=plan, lookup=lookup)
     again = nccl_isolation.isolation_step(store, run_id=run_id, run_key=run_key, plan=plan, lookup=lookup)
     assert first.probes == again.probes and first.report is None  # nothing stored: the same ask
-    [spec] = first.probes
-    assert spec.params["repeat"] == 0 and spec.params["purpose"] == "isolation"
+    spec = first.probes[0]  # a round: each suspect of the failing pair with a known-good partner
+    assert all(s.params["repeat"] == 0 and s.params["purpose"] == "isolation" for s in first.probes)
     cluster.run(store, run_id, first.probes)
-    [second] = nccl_isolation.isolation_step(
+    second = nccl_isolation.isolation_step(
         store, run_id=run_id, run_key=run_key, plan=plan, lookup=lookup
     ).probes
-    assert second.params["nodes"] == spec.params["nodes"] and second.params["repeat"] == 1  # its next repeat
+    assert [s.params["nodes"] for s in second] == [s.params["nodes"] for s in first.probes]
+    assert all(s.params["repeat"] == 1 for s in second)  # their next repeat
     cluster.probed.clear()
     report = isolate(store, cluster, run_id=run_id, run_key=run_key, plan=plan)
     assert report.bad == ["r01-n02"]
