@@ -14,8 +14,8 @@ each node pair and judged against the **measured baseline** of its hardware prof
   `max_map_length`. `layout`: one process per node (`-g <gpus>`, the default) or one MPI rank
   per GPU (`-g 1`, the layout training jobs and vendors' numbers use); each has its own baselines
   (scope `…-rank-per-gpu`).
-- `judge` judges the stored raw outputs; `isolate` narrows failing pairs down to the bad node by
-  group testing (rounds of MPIJobs, deferred while they run).
+- `judge` judges the stored raw outputs; `isolate` narrows failing pairs down to the bad node or
+  link by pair testing (rounds of pair MPIJobs, deferred while they run).
 - **Gate:** any `fail` → nodes labelled `fleetval.io/nccl-gate=fail` and the rollout paused
   (ClusterPolicy `spec.driver.upgradePolicy.autoUpgrade=false`; resume by setting it back to
   `true` once the nodes are fixed). Swept nodes get `fleetval.io/nccl-swept-driver=<driver>`.

@@ -11,9 +11,10 @@ so baselines can be derived and results re-judged from the store alone.
 `evaluate_subject` is pure; `judge_stored_nccl` reads the store's raw output and writes
 measurements and verdicts (re-judging replaces, never duplicates). An unexpected exception while
 parsing or judging one probe (a bug, not a finding) becomes `error` verdicts for that subject,
-naming the exception type, and the other subjects are judged as usual. Groups of more than two nodes
-(isolation) are judged against the pair baseline: busbw is normalised for rank count, which is
-what makes it comparable across group sizes.
+naming the exception type, and the other subjects are judged as usual. A group of more than two
+nodes would be judged against the pair baseline (`inter-2x<gpus>`), which it does not match: busbw
+per rank falls with ring size (a healthy 64–128-node ring looks bad against it). Isolation
+therefore probes pairs only (`fleetval.nccl.isolation_search`).
 """
 
 from __future__ import annotations
