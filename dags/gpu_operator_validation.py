@@ -1,13 +1,16 @@
 """
 ### GPU Operator validation (`gpu_operator_validation`)
-Says which layer of the GPU Operator broke, node by node (criteria **D-OP-01..04**):
+Says which layer of the GPU Operator broke, node by node (criteria **D-OP-01..04**, and
+**D-GPU-TS-01** from the same node objects):
 
 - `check_operands` (**D-OP-01**): the operand pods on each GPU node (driver, container toolkit,
   device plugin, DCGM exporter, GPU feature discovery, MIG manager, validator). The verdict names
   the operand that fails outright first, in dependency order, and the ones blocked behind it in
   `Init:` (a broken driver leaves every other operand waiting).
-- `check_advertised` (**D-OP-02**): what the device plugin advertises (`nvidia.com/gpu`, or each
-  `nvidia.com/mig-<profile>` with the mixed strategy) against GPU feature discovery's count.
+- `check_advertised` (**D-OP-02**, **D-GPU-TS-01**): what the device plugin advertises
+  (`nvidia.com/gpu`, or each `nvidia.com/mig-<profile>` with the mixed strategy, × replicas when
+  time-slicing is disclosed) against GPU feature discovery's count; a GPU advertised more than
+  once without a `.shared` resource, a replicas label or a sharing strategy is sold as isolated.
 - `no_gpu_pod` (**D-OP-03**): one pod **without** a GPU request per node class, in an image that
   sets `NVIDIA_VISIBLE_DEVICES=all`: it must see no `/dev/nvidia<N>`, no GPU in `nvidia-smi -L`
   and no GPU id. A leak hands every tenant every GPU of the node.

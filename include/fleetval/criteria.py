@@ -184,7 +184,7 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-SCHED-06": "kueue_contention: d-sched-06-gang (quota gang of a pod group)",
     "D-SCHED-07": "kueue_contention: Kueue's newest event vs kueue.reasons.waiting_reason",
     "D-GPU-MIG-05": "kueue_contention: x-06-mig-profiles (MIG profiles as ClusterQueue quota)",
-    "D-GPU-TS-01": "fleetval judge sharing NODE.json (mig.sharing; no DAG yet)",
+    "D-GPU-TS-01": "gpu_operator_validation: each GPU node's advertised units vs GFD (mig.sharing)",
     **{
         f"D-JOB-CKPT-0{i}": "checkpoint_resume_drill and fleetval drill run (ckpt.judge)" for i in range(1, 8)
     },

@@ -72,10 +72,12 @@ def test_a_run_finds_every_operator_fault_on_its_node(
     results = {(v["criterion"], v["subject"]): v["result"] for v in kube.store.verdicts()}
     failed = sorted(k for k, r in results.items() if r == "fail")
     assert failed == [
+        ("D-GPU-TS-01", "r02-n02"),
         ("D-OP-01", "r01-n02"),
         ("D-OP-01", "r01-n03"),
         ("D-OP-02", "r01-n04"),
+        ("D-OP-02", "r02-n02"),
         ("D-OP-03", "r02-n01"),
     ]
     assert results[("D-OP-03", "r01-n01")] == "pass"
-    assert len(results) == 6 + 6 + 2 and set(results.values()) == {"pass", "fail"}
+    assert len(results) == 6 + 6 + 6 + 2 and set(results.values()) == {"pass", "fail"}

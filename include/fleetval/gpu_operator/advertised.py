@@ -7,6 +7,10 @@ devices) the two must be equal.
 With the `mixed` strategy the plugin advertises `nvidia.com/mig-<profile>` resources instead, and
 each must equal GFD's `nvidia.com/mig-<profile>.count`. A GPU the plugin has withdrawn as
 unhealthy (allocatable below capacity) is the device layer's finding, not a miscount: `warn`.
+With time-slicing or MPS disclosed as such (`nvidia.com/gpu.replicas` > 1 with a sharing
+strategy), each GPU is advertised `replicas` times, as `nvidia.com/gpu` or, renamed,
+`nvidia.com/gpu.shared`: the expected count is GPUs × replicas. Undisclosed sharing is a miscount
+here and D-GPU-TS-01's failure too.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 COUNT_LABEL: Final = "nvidia.com/gpu.count"
 MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
 MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
+REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
+SHARED_STRATEGIES: Final = frozenset({"time-slicing", "mps"})
 _MIG_COUNT_LABEL: Final = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)\.count$")
 ACTIONS: Final = {  # a verdict's action is at most 64 characters (the store's column)
     Result.PASS: "none",
@@ -96,7 +103,21 @@ def judge_advertised(subject: str, facts: Mapping[str, Any]) -> Verdict:
     hardware = _count(labels.get(COUNT_LABEL))
     if hardware is None:
         return verdict(Result.INCONCLUSIVE, f"no readable {COUNT_LABEL} label: the hardware count is unknown")
-    advertised = _count(capacity.get(GPU_RESOURCE, "0"))
+    replicas = _count(labels.get(REPLICAS_LABEL, "1")) or 1
+    if labels.get(SHARING_LABEL, "none") not in SHARED_STRATEGIES:
+        replicas = 1  # a replicas label without a sharing strategy is not sharing
+    whole = _count(capacity.get(GPU_RESOURCE, "0"))
+    renamed = _count(capacity.get(GPU_RESOURCE + ".shared", "0"))
+    advertised = None if whole is None or renamed is None else whole + renamed
+    if replicas > 1 and advertised is not None:
+        units = hardware * replicas
+        if advertised != units:
+            return verdict(
+                Result.FAIL,
+                f"time-sliced ×{replicas}: the device plugin advertises {advertised} units; "
+                f"{hardware} GPUs × {replicas} replicas is {units}",
+            )
+        return verdict(Result.PASS, f"{hardware} GPUs advertised {replicas} times each, disclosed as shared")
     if advertised is None:
         return verdict(
             Result.INCONCLUSIVE, f"capacity {GPU_RESOURCE}={capacity.get(GPU_RESOURCE)!r} is not a count"

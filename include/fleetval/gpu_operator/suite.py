@@ -2,7 +2,8 @@
 the kubernetes client (no Airflow here).
 
 - D-OP-01 (`check_operands`): the operand pods in the operator's namespace, per GPU node;
-- D-OP-02 (`check_advertised`): each GPU node's advertised resources against GFD's count;
+- D-OP-02 and D-GPU-TS-01 (`check_advertised`): each GPU node's advertised resources against
+  GFD's count, and shared GPUs disclosed as shared;
 - D-OP-03 (`isolation_probes`, then `judge_isolation_probes`): one no-GPU probe pod per node class;
 - D-OP-04 (`check_upgrade_policy`): a driver rollout in progress, sampled until it ends, against the
   upgrade policy in force.
@@ -33,6 +34,7 @@ from fleetval.gpu_operator.upgrade_policy import (
     judge_rollout,
     policy_in_force,
 )
+from fleetval.mig.sharing import judge_time_slicing
 from fleetval.nodes import NodeInfo
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
@@ -73,9 +75,9 @@ def _store_and_judge(
     store: Store,
     run_id: int,
     evidence: Iterable[tuple[ProbeSpec, str]],
-    judge: Callable[[str, str], Verdict],
+    judge: Callable[[str, str], Verdict | list[Verdict]],
 ) -> list[Verdict]:
-    """Raw first, then one verdict per node."""
+    """Raw first, then the verdicts of each node."""
     items = list(evidence)
     now = time.time()
     probe_outputs.store_probe_outputs(
@@ -85,9 +87,10 @@ def _store_and_judge(
     )
     verdicts = []
     for spec, raw in items:
-        verdict = judge(spec.node, raw)
-        store.add_verdicts(run_id, [verdict], node=spec.node)
-        verdicts.append(verdict)
+        judged = judge(spec.node, raw)
+        judged = judged if isinstance(judged, list) else [judged]
+        store.add_verdicts(run_id, judged, node=spec.node)
+        verdicts.extend(judged)
     return verdicts
 
 
@@ -118,10 +121,18 @@ def check_operands(
     )
 
 
+def _judge_resources(node: str, raw: str) -> list[Verdict]:
+    facts = json.loads(raw)
+    return [
+        judge_advertised(node, facts),
+        judge_time_slicing(node, facts.get("labels") or {}, facts.get("capacity") or {}),
+    ]
+
+
 def check_advertised(
     store: Store, run_id: int, nodes: Sequence[dict[str, Any]], *, run_key: str
 ) -> list[Verdict]:
-    """D-OP-02 per GPU node, from its Node object."""
+    """D-OP-02 and D-GPU-TS-01 per GPU node, from its Node object."""
     evidence = [
         (
             _api_probe(run_key, "node-resources", n["metadata"]["name"], "GET /api/v1/nodes"),
@@ -129,9 +140,7 @@ def check_advertised(
         )
         for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"]))
     ]
-    return _store_and_judge(
-        store, run_id, evidence, lambda node, raw: judge_advertised(node, json.loads(raw))
-    )
+    return _store_and_judge(store, run_id, evidence, _judge_resources)
 
 
 def isolation_probes(nodes: Sequence[NodeInfo], *, run_key: str, image: str | None = None) -> list[ProbeSpec]:

@@ -37,6 +37,7 @@ faults:
   - {node: r01-n03, kind: op.operand_down, operand: device-plugin}
   - {node: r01-n04, kind: op.gpu_count_wrong, advertised: 7}
   - {node: r02-n01, kind: op.isolation_leak}
+  - {node: r02-n02, kind: ts.undisclosed}
 """
 
 
@@ -57,6 +58,15 @@ def test_the_advertised_count_must_be_the_hardware_count() -> None:
     assert withdrawn.result is Result.WARN and withdrawn.evidence["withdrawn"] == 1
     assert judge_advertised("n", facts(None, "8")).result is Result.INCONCLUSIVE
     assert judge_advertised("n", facts("eight", "8")).result is Result.INCONCLUSIVE
+    sliced = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    assert judge_advertised("n", facts("8", "32", **sliced)).result is Result.PASS
+    renamed = {"labels": facts("8", "0", **sliced)["labels"], "capacity": {"nvidia.com/gpu.shared": "32"}}
+    assert judge_advertised("n", renamed).result is Result.PASS
+    assert "is 32" in judge_advertised("n", facts("8", "24", **sliced)).reason
+    undisclosed = facts(
+        "8", "32", **{"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none"}
+    )
+    assert judge_advertised("n", undisclosed).result is Result.FAIL
     assert judge_advertised("n", facts("8", "lots")).result is Result.INCONCLUSIVE
 
 
@@ -139,9 +149,10 @@ def test_each_operator_fault_is_caught_on_its_node_and_healthy_nodes_pass(
     assert operands["r01-n03"].reason.startswith("device-plugin: CrashLoopBackOff")
     assert operands["r01-n01"].result is Result.PASS
 
-    advertised = {v.subject: v for v in suite.check_advertised(store, run_id, nodes, run_key="op")}
-    assert {n for n, v in advertised.items() if v.result is not Result.PASS} == {"r01-n04"}
-    assert advertised["r01-n04"].result is Result.FAIL
+    resources = suite.check_advertised(store, run_id, nodes, run_key="op")
+    failed = sorted((v.criterion, v.subject) for v in resources if v.result is not Result.PASS)
+    # r02-n02 sells each GPU four times with no replicas label: a miscount and undisclosed sharing.
+    assert failed == [("D-GPU-TS-01", "r02-n02"), ("D-OP-02", "r01-n04"), ("D-OP-02", "r02-n02")]
 
     # The raw evidence was stored before it was judged, one probe per node and check.
     tools = sorted((p["tool"], p["nodes"][0]) for p in store.probes(run_id, with_raw=False))

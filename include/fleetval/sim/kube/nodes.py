@@ -10,6 +10,8 @@ and the NVIDIA device plugin leave them on a real GPU node.
   capacity cannot be scheduled and never runs on a subset of its GPUs.
 - The fleet spec's `op.gpu_count_wrong` (`advertised`) makes the device plugin advertise that
   many GPUs (capacity and allocatable) while GFD's `nvidia.com/gpu.count` keeps the real count.
+- `ts.undisclosed` makes it advertise each GPU UNDISCLOSED_REPLICAS times (time-slicing) while
+  the labels still say `nvidia.com/gpu.replicas: 1` and no sharing strategy.
 - The zone is the fleet's availability zone, not the rack: a product that reads racks from the
   zone label gets one "rack" for the whole fleet here, as it would on most clouds.
 """
@@ -26,6 +28,7 @@ RACK_LABEL: Final = "fleetval.io/rack"
 DEVICE_PLUGIN_IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 KUBELET_VERSION: Final = "v1.33.4"
 CONTAINER_RUNTIME: Final = "containerd://1.7.27"
+UNDISCLOSED_REPLICAS: Final = 4
 # GFD's nvidia.com/gpu.memory (MiB) and family by product; unknown products get none.
 _GPU_MEMORY_MIB: Final = {
     "NVIDIA-H100-80GB-HBM3": "81559",
@@ -62,6 +65,9 @@ def node_object(spec: FleetSpec, name: str, rack: Rack, index: int) -> dict[str,
         if fault.kind == "op.gpu_count_wrong":  # a device plugin that advertises the wrong count
             advertised = int(fault.params["advertised"])
             allocatable_gpus = min(allocatable_gpus, advertised)
+        elif fault.kind == "ts.undisclosed":  # time-slicing ×4 with no replicas label or renaming
+            advertised = profile.gpus * UNDISCLOSED_REPLICAS
+            allocatable_gpus *= UNDISCLOSED_REPLICAS
     return {
         "apiVersion": "v1",
         "kind": "Node",
