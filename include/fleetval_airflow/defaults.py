@@ -18,6 +18,12 @@ DEFAULT_ARGS = {
 }
 
 
+# Priority weights (weight_rule "absolute"): a run's decision tasks (claim, judge, plan) go ahead
+# of every queued remediation task (the r3 probes of earlier bursts), which go last.
+DECISION_PRIORITY = 100
+REMEDIATION_PRIORITY = 1
+
+
 class Pool(enum.StrEnum):
     # Probe waves in flight at once across all DAGs (pools.json declares the slots).
     NODE_DIAGNOSIS = "fleetval_node_diagnosis"

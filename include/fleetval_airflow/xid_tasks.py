@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line  # light: SQLAlchemy is loaded by Airflow already
+from fleetval_airflow.defaults import DECISION_PRIORITY
 from fleetval_airflow.probe_pod import ProbePodOperator
 
 # fleetval is imported inside the tasks: the DAG processor parses this module every cycle.
@@ -28,15 +29,12 @@ def _breaker(params: dict[str, Any]) -> Any:
 
     from fleetval.xid.steps import XidBreaker
 
-    merged = {**params, **(Variable.get("fleetval_xid_breaker", default=None, deserialize_json=True) or {})}
-    return XidBreaker(
-        float(merged["max_fleet_fraction"]),
-        float(merged["max_rack_fraction"]),
-        dt.timedelta(seconds=float(merged["breaker_window_s"])),
+    return XidBreaker.from_params(
+        params, Variable.get("fleetval_xid_breaker", default=None, deserialize_json=True)
     )
 
 
-@task
+@task(priority_weight=DECISION_PRIORITY, weight_rule="absolute")
 @outage_is_one_line
 def claim_xid_lines() -> dict[str, Any]:
     """Claim the Xid lines this run was triggered for (all pending ones on a manual run)."""
@@ -66,16 +64,17 @@ def claim_xid_lines() -> dict[str, Any]:
         now=dt.datetime.now(dt.UTC),
         max_nodes=conf.getint("core", "max_map_length", fallback=1024),
     )
-    return {"fv_run": run_id, "nodes": sorted(claimed)}
+    return {"fv_run": run_id, "nodes": sorted(claimed), "dispatch_ids": dispatch_ids}
 
 
-@task
+@task(priority_weight=DECISION_PRIORITY, weight_rule="absolute")
 @outage_is_one_line
 def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
     """Decision table per node; cordon within the circuit breaker; time-to-cordon recorded.
 
-    One task for every claimed node: cordoning is the latency-critical step, so it does not wait
-    for a mapped task per node to be scheduled."""
+    The trigger already cordoned the run's nodes as it read their lines (`cordon_on_read`): this
+    task records those cordons' verdicts and cordons only what that step did not (a manual run,
+    a failed patch). One task for every claimed node, ahead of any queued r3 task."""
     from fleetval.store import xid_inbox
     from fleetval.xid import steps as xid
     from fleetval_airflow import config
@@ -93,11 +92,12 @@ def decide_and_cordon(claim: dict[str, Any]) -> list[str]:
         breaker=_breaker(params),
         dry_run=bool(params["dry_run"]),
         now=dt.datetime.now(dt.UTC),
+        dispatch_ids=claim.get("dispatch_ids") or (),
     )
     return [o.node for o in outcomes if o.cordoned]
 
 
-@task
+@task(priority_weight=DECISION_PRIORITY, weight_rule="absolute")
 @outage_is_one_line
 def plan_r3(claim: dict[str, Any], cordoned: list[str]) -> list[dict[str, Any]]:
     """One DCGM r3 probe per cordoned node (the arguments of each mapped `dcgm_r3` task); a node

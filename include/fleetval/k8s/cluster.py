@@ -15,6 +15,7 @@ hook's client).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -57,6 +58,23 @@ class KubeCluster:
                 )
             )
         ]
+
+    def node_racks(self) -> dict[str, str]:
+        """Every GPU node's rack, from the raw list (no pods, no client models): what the Xid
+        breaker needs, in milliseconds where `list_nodes` takes seconds on a big fleet."""
+        racks: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            response = self.core.list_node(
+                label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token, _preload_content=False
+            )
+            page = json.loads(response.data)
+            for node in page.get("items") or []:
+                meta = node.get("metadata") or {}
+                racks[meta["name"]] = (meta.get("labels") or {}).get(self.rack_label, "")
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return racks
 
     def node(self, name: str) -> NodeInfo | None:
         """One node and the workload GPU pods on it (fleetval's own probe pods not counted);
@@ -169,6 +187,41 @@ class KubeCluster:
 
     def remove_taint(self, node: str, key: str) -> None:
         self._update_taints(node, lambda taints: [t for t in taints if t["key"] != key])
+
+    def cordon_and_taint(
+        self, node: str, *, key: str, value: str, effect: str, labels: dict[str, str | None] | None = None
+    ) -> None:
+        """Cordon, taint and label in one patch (one read for the taints' resourceVersion, one
+        write): the node is unschedulable and tainted at the same instant, never one without the
+        other, and a burst costs two API calls per node instead of four. Raw JSON both ways:
+        building the client's models of a Node costs more than the calls."""
+        for attempt in range(CONFLICT_RETRIES):
+            current = json.loads(self.core.read_node(node, _preload_content=False).data)
+            taints = [
+                {k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None}
+                for t in (current.get("spec") or {}).get("taints") or []
+            ]
+            kept = [t for t in taints if not (t["key"] == key and t.get("effect") == effect)]
+            metadata: dict[str, Any] = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            if labels:
+                metadata["labels"] = labels  # a null value removes the label
+            body = {
+                "metadata": metadata,
+                "spec": {
+                    "unschedulable": True,
+                    "taints": [*kept, {"key": key, "value": value, "effect": effect}],
+                },
+            }
+            try:
+                self.core.patch_node(node, body, _preload_content=False)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise NodeUpdateError(
+            f"node {node!r} kept changing: gave up cordoning it after {CONFLICT_RETRIES} conflicts"
+        )
 
     def _update_taints(
         self, node: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]

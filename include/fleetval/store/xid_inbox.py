@@ -55,6 +55,21 @@ def dispatch_pending(engine: Engine, *, now: dt.datetime) -> dict[str, Any] | No
     return {"dispatch_id": dispatch_id, "lines": int(result.rowcount), "nodes": len(nodes)}
 
 
+def dispatched_lines(engine: Engine, dispatch_id: str) -> dict[str, list[str]]:
+    """node → the lines reserved by `dispatch_id`, in arrival order (what the trigger cordons on
+    as soon as it has read them, before any DAG run exists)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(XidInbox.node, XidInbox.line)
+            .where(XidInbox.dispatch_id == dispatch_id)
+            .order_by(XidInbox.id)
+        ).all()
+    lines: dict[str, list[str]] = defaultdict(list)
+    for node, line in rows:
+        lines[node].append(line)
+    return dict(lines)
+
+
 def _pending_or_stale(now: dt.datetime) -> Any:
     return or_(
         XidInbox.dispatch_id.is_(None),

@@ -6,13 +6,17 @@ Flow, one function per step of the `xid_remediation` DAG (steps 1–3 are inbox 
 
 1. `receive_lines` — a source appends kernel lines to the `xid_inbox` (the raw evidence; never
    deleted). Sources: the simulator, or node-problem-detector Events on a cluster.
-2. `dispatch_pending` — the trigger reserves undispatched rows for one DAG run.
+2. `dispatch_pending` — the trigger reserves undispatched rows for one DAG run, and
+   `cordon_on_read` (in the triggerer, before the event fires) judges them and cordons every
+   `cordon` decision at once, within the breaker: the cordon never waits for a DAG run, a task
+   slot or the remediation work of earlier bursts.
 3. `claim` — the run takes its rows (or, run by hand, everything pending), grouped per node.
 4. `decide_and_cordon` — per node: raw lines stored as an `xid` probe, parsed, judged (D-DEV-06);
    a `cordon` decision cordons the node and taints it for maintenance unless the breaker is open
-   (F-SAFE-01 alert instead). Time from the first Xid to the cordon is a D-DEV-05 verdict. Lines
-   with no readable log are an inconclusive verdict; a failure while judging one node's lines is an
-   `error` verdict for that node, and the other nodes are judged and cordoned as usual.
+   (F-SAFE-01 alert instead) — or, when `cordon_on_read` did so already, records what it did.
+   Time from the first Xid to the cordon is a D-DEV-05 verdict. Lines with no readable log are an
+   inconclusive verdict; a failure while judging one node's lines is an `error` verdict for that
+   node, and the other nodes are judged and cordoned as usual.
 5. `r3_probes` → (the DAG runs one DCGM r3 probe pod per node once it runs no workload GPU pods:
    the job that hit the Xid ends first) → `judge_r3` through the post-xid gate: Pass → uncordon,
    Fail → quarantine (D-DEV-02). A node whose GPU the device plugin withdrew cannot run r3 on
@@ -22,8 +26,10 @@ Flow, one function per step of the `xid_remediation` DAG (steps 1–3 are inbox 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,10 +50,16 @@ from fleetval.xid.parser import XidEvent, parse_xid
 from fleetval.xid.table import XID_TABLE_VERSION, NodeAction
 
 REMEDIATION_LABEL: Final = "fleetval.io/xid-remediation"
+PENDING_R3: Final[dict[str, str | None]] = {REMEDIATION_LABEL: "pending-r3"}  # cordoned, r3 to come
 GATE: Final = "post-xid"
 LEVEL: Final = 3
 R3_CRITERION: Final = nh.GATE_CRITERION[GATE]
 NODE_GONE: Final = "the node is gone"  # r3_probes' reason for a node the cluster no longer has
+# Node events of `cordon_on_read` are keyed by the dispatch (no DAG run exists yet).
+ON_READ_KEY: Final = "xid-on-read"
+ON_READ_WORKERS: Final = 16  # cordons of one burst in flight at once (two API calls each)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,16 @@ class XidBreaker:
 
     def budget(self) -> ActionBudget:
         return ActionBudget(self.max_fleet_fraction, self.max_rack_fraction)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], override: Mapping[str, Any] | None = None) -> XidBreaker:
+        """The DAG's breaker params, any of them overridden (Variable `fleetval_xid_breaker`)."""
+        merged = {**params, **(override or {})}
+        return cls(
+            float(merged["max_fleet_fraction"]),
+            float(merged["max_rack_fraction"]),
+            dt.timedelta(seconds=float(merged["breaker_window_s"])),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +114,14 @@ def decide_and_cordon(
     breaker: XidBreaker,
     dry_run: bool,
     now: dt.datetime,
+    dispatch_ids: Sequence[str] = (),
 ) -> list[CordonOutcome]:
-    """Judge each node's Xid lines and cordon where the table says so, within the breaker."""
+    """Judge each node's Xid lines and cordon where the table says so, within the breaker.
+
+    A node `cordon_on_read` already cordoned (or withheld) for one of `dispatch_ids` is not acted
+    on again: its time-to-cordon (or F-SAFE-01 alert) is the one recorded then."""
+    early_cordons = _on_read_events(store, dispatch_ids, "cordon")
+    early_withheld = _on_read_events(store, dispatch_ids, "withheld")
     inventory = {n.name: n for n in cluster.list_nodes()}
     racks = Counter(n.rack for n in inventory.values())
     received = xid_inbox.first_received(store.engine, run_id)
@@ -118,14 +146,33 @@ def decide_and_cordon(
         cordon = judgement.node_action is NodeAction.CORDON
         cordoned = withheld = False
         ttc: float | None = None
-        if cordon:
+        first = _first_xid_time(events) or received.get(node, now).timestamp()
+        early = early_cordons.get(node)
+        if early is not None:  # cordoned as the trigger read the lines: it is, whatever this judgement
+            taken[node] = rack
+            cordoned = True
+            ttc = max(0.0, _aware(early["at"]).timestamp() - first)
+            rule_id = str((early["details"] or {}).get("rule_id") or judgement.node_rule_id)
+            verdicts.append(_time_to_cordon_verdict(node, ttc, rule_id, bool(early["dry_run"])))
+        elif cordon and node in early_withheld:
+            withheld = True
+            details = early_withheld[node]["details"] or {}
+            verdicts.append(
+                _breaker_alert(
+                    node,
+                    rack,
+                    int(details.get("already_cordoned", len(taken))),
+                    int(details.get("fleet_size", len(inventory))),
+                    breaker,
+                )
+            )
+        elif cordon:
             if breaker.budget().allows(node, rack, taken=taken, fleet_size=len(inventory), rack_sizes=racks):
                 taken[node] = rack
                 cordon_at = _cordon(
                     store, cluster, node, rack, run_id, run_key, judgement.node_rule_id, dry_run
                 )
                 cordoned = True
-                first = _first_xid_time(events) or received.get(node, now).timestamp()
                 ttc = max(0.0, cordon_at.timestamp() - first)
                 verdicts.append(_time_to_cordon_verdict(node, ttc, judgement.node_rule_id, dry_run))
             else:
@@ -179,15 +226,33 @@ def _first_xid_time(events: Sequence[Any]) -> float | None:
 
 
 def _recent_xid_cordons(
-    store: Store, *, now: dt.datetime, window: dt.timedelta, inventory: Mapping[str, NodeInfo]
+    store: Store, *, now: dt.datetime, window: dt.timedelta, inventory: Mapping[str, NodeInfo | str]
 ) -> dict[str, str]:
+    """node → rack of every node cordoned for Xids within `window` (inventory: node → its
+    NodeInfo, or its rack)."""
     since = now - window
     taken: dict[str, str] = {}
     for e in store.node_events(kind="cordon"):
-        at = e["at"] if e["at"].tzinfo else e["at"].replace(tzinfo=dt.UTC)
-        if (e["details"] or {}).get("source") == "xid" and at >= since:
-            taken[e["node"]] = inventory[e["node"]].rack if e["node"] in inventory else ""
+        if (e["details"] or {}).get("source") == "xid" and _aware(e["at"]) >= since:
+            known = inventory.get(e["node"], "")
+            taken[e["node"]] = known if isinstance(known, str) else known.rack
     return taken
+
+
+def _aware(at: dt.datetime) -> dt.datetime:
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite returns naive datetimes
+
+
+def _on_read_key(dispatch_id: str, node: str, kind: str) -> str:
+    return f"{ON_READ_KEY}/{dispatch_id}/{node}/{kind}"
+
+
+def _on_read_events(store: Store, dispatch_ids: Sequence[str], kind: str) -> dict[str, dict[str, Any]]:
+    """node → the `kind` event `cordon_on_read` recorded for one of `dispatch_ids`."""
+    if not dispatch_ids:
+        return {}
+    prefixes = tuple(f"{ON_READ_KEY}/{d}/" for d in dispatch_ids)
+    return {e["node"]: e for e in store.node_events(kind=kind) if e["event_key"].startswith(prefixes)}
 
 
 def _cordon(
@@ -202,8 +267,10 @@ def _cordon(
 ) -> dt.datetime:
     at = dt.datetime.now(dt.UTC)
     details = {"rack": rack, "source": "xid", "rule_id": rule_id}
-    for kind, op in (("cordon", "cordon"), ("taint", "taint"), ("label", "label")):
-        fresh = store.record_node_event(
+    fresh = {
+        kind
+        for kind in ("cordon", "taint", "label")
+        if store.record_node_event(
             f"{run_key}/{node}/{kind}",
             node=node,
             kind=kind,
@@ -213,15 +280,116 @@ def _cordon(
             details=details,
             at=at,
         )
-        if not fresh or dry_run:
-            continue
-        if op == "cordon":
-            nodes.cordon(node)
-        elif op == "taint":
-            nodes.add_taint(node, MAINTENANCE_TAINT, "xid", "NoSchedule")
-        else:
-            nodes.set_labels(node, {REMEDIATION_LABEL: "pending-r3"})
+    }
+    if dry_run:
+        return at
+    if fresh == {"cordon", "taint", "label"}:
+        nodes.cordon_and_taint(
+            node, key=MAINTENANCE_TAINT, value="xid", effect="NoSchedule", labels=PENDING_R3
+        )
+        return at
+    if "cordon" in fresh:
+        nodes.cordon(node)
+    if "taint" in fresh:
+        nodes.add_taint(node, MAINTENANCE_TAINT, "xid", "NoSchedule")
+    if "label" in fresh:
+        nodes.set_labels(node, dict(PENDING_R3))
     return at
+
+
+# --- cordon as the lines are read (the triggerer) -------------------------------------------
+def cordon_on_read(
+    store: Store,
+    cluster: Cluster,
+    *,
+    dispatch_id: str,
+    breaker: XidBreaker,
+    dry_run: bool,
+    now: dt.datetime,
+    workers: int = ON_READ_WORKERS,
+) -> list[CordonOutcome]:
+    """Judge the lines `dispatch_id` reserved and cordon every `cordon` decision now, within the
+    breaker, before any DAG run exists (the trigger calls this before it fires the event).
+
+    The same decision table and breaker as `decide_and_cordon`, which then records the verdicts
+    and starts r3. The raw lines are already stored (the inbox); the cordons of a burst run in
+    parallel, one patch each (`cordon_and_taint`). Each node event is recorded after its patch
+    succeeded (as `apply_actions` does): a node whose patch failed, or that this step never
+    reached, has no event, and `decide_and_cordon` cordons it in the DAG run as before."""
+    lines = xid_inbox.dispatched_lines(store.engine, dispatch_id)
+    if not lines:
+        return []
+    rack_of = cluster.node_racks()  # not list_nodes: its pod counts cost seconds, unused here
+    racks = Counter(rack_of.values())
+    taken = _recent_xid_cordons(store, now=now, window=breaker.window, inventory=rack_of)
+    to_cordon: list[tuple[str, str, str, float | None]] = []
+    outcomes: list[CordonOutcome] = []
+    for node, node_lines in sorted(lines.items()):
+        try:
+            events, judgement, _ = _judge_node(node, node_lines, now)
+        except Exception:  # decide_and_cordon records the error verdict for this node
+            log.exception("judging the Xid lines of %s failed; the DAG run decides it", node)
+            continue
+        if judgement.node_action is not NodeAction.CORDON:
+            continue
+        rack = rack_of.get(node, "")
+        if breaker.budget().allows(node, rack, taken=taken, fleet_size=len(rack_of), rack_sizes=racks):
+            taken[node] = rack
+            to_cordon.append((node, rack, judgement.node_rule_id, _first_xid_time(events)))
+            continue
+        store.record_node_event(
+            _on_read_key(dispatch_id, node, "withheld"),
+            node=node,
+            kind="withheld",
+            reason="xid cordon withheld by the circuit breaker",
+            dry_run=dry_run,
+            details={
+                "rack": rack,
+                "source": "xid",
+                "dispatch_id": dispatch_id,
+                "already_cordoned": len(taken),
+                "fleet_size": len(rack_of),
+            },
+            at=now,
+        )
+        outcomes.append(CordonOutcome(node, NodeAction.CORDON.value, False, True, None))
+
+    def patch(item: tuple[str, str, str, float | None]) -> dt.datetime | None:
+        node = item[0]
+        try:
+            if not dry_run:
+                cluster.cordon_and_taint(
+                    node, key=MAINTENANCE_TAINT, value="xid", effect="NoSchedule", labels=PENDING_R3
+                )
+        except Exception:
+            log.exception("cordoning %s as its Xid was read failed; the DAG run cordons it", node)
+            return None
+        return dt.datetime.now(dt.UTC)
+
+    def record(item: tuple[str, str, str, float | None], at: dt.datetime | None) -> CordonOutcome:
+        node, rack, rule_id, first = item
+        if at is None:
+            return CordonOutcome(node, NodeAction.CORDON.value, False, False, None)
+        details = {"rack": rack, "source": "xid", "rule_id": rule_id, "dispatch_id": dispatch_id}
+        for kind in ("cordon", "taint", "label"):
+            store.record_node_event(
+                _on_read_key(dispatch_id, node, kind),
+                node=node,
+                kind=kind,
+                reason=f"Xid decision {rule_id}",
+                dry_run=dry_run,
+                details=details,
+                at=at,
+            )
+        ttc = max(0.0, at.timestamp() - first) if first is not None else None
+        return CordonOutcome(node, NodeAction.CORDON.value, True, False, ttc)
+
+    if to_cordon:
+        # Every patch first, then the records: no cordon waits behind another node's bookkeeping.
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(to_cordon)))) as pool:
+            applied = list(pool.map(patch, to_cordon))
+            outcomes.extend(pool.map(record, to_cordon, applied))
+    return outcomes
 
 
 def _time_to_cordon_verdict(node: str, seconds: float, rule_id: str, dry_run: bool) -> Verdict:

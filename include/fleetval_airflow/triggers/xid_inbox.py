@@ -19,6 +19,14 @@ message, a new Event) adds nothing, and a count that grows adds only the new rep
 
 On new lines the trigger reserves them (`dispatch_id`) and fires `{dispatch_id, lines, nodes}`;
 the DAG run it starts claims exactly those rows, so two firings never remediate the same line.
+
+With `cordon_on_read` (the `xid_remediation` DAG's setting) the trigger first judges the lines it
+reserved and cordons each `cordon` decision itself, within the circuit breaker (the DAG's breaker
+params, overridden by Variable `fleetval_xid_breaker`, read here at each batch) and in shadow mode
+when `dry_run`: the cordon does not wait for the scheduler to create a run, for a worker slot, or
+behind the r3 tasks of earlier bursts. The DAG run's `decide_and_cordon` then records the
+verdicts and cordons only what this step could not (a failed patch, or the triggerer died).
+Then it keeps polling: one trigger fires every batch.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 NPD_REASON = "NVRMXid"
 COMBINED_PREFIX = "(combined from similar events): "  # client-go's EventAggregator
 XID_SOURCES = ("inbox", "npd", "manual")  # fleetval.settings.XID_SOURCES, without importing it at parse time
+BREAKER_VARIABLE = "fleetval_xid_breaker"
 
 
 @cache
@@ -84,6 +93,25 @@ def copy_npd_events(engine: Any, core_v1: Any) -> int:
     return receive_lines(engine, rows, at=dt.datetime.now(dt.UTC))
 
 
+def cordon_inputs(kubernetes_conn_id: str, breaker_params: dict[str, Any]) -> tuple[Any, Any]:
+    """The cluster behind the connection (made per batch: the kubeconfig may change under a
+    long-lived triggerer) and the breaker, with Variable `fleetval_xid_breaker` read now, as the
+    DAG run's tasks read it. Called on the event loop: the SDK reaches the triggerer's
+    supervisor from there (a worker thread's first call blocked the loop for 35 s)."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    from airflow.sdk import Variable
+
+    from fleetval.k8s.cluster import KubeCluster
+    from fleetval.settings import Settings
+    from fleetval.xid.steps import XidBreaker
+
+    cluster = KubeCluster(
+        KubernetesHook(conn_id=kubernetes_conn_id).core_v1_client, rack_label=Settings.from_env().rack_label
+    )
+    override = Variable.get(BREAKER_VARIABLE, default=None, deserialize_json=True)
+    return cluster, XidBreaker.from_params(breaker_params, override)
+
+
 class XidInboxTrigger(BaseEventTrigger):
     def __init__(
         self,
@@ -91,14 +119,22 @@ class XidInboxTrigger(BaseEventTrigger):
         poll_interval: float = 1.0,
         source: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
+        cordon_on_read: bool = False,
+        dry_run: bool = False,
+        breaker: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
         if source not in (None, *XID_SOURCES):
             raise ValueError(f"source must be one of {XID_SOURCES}, got {source!r}")
+        if cordon_on_read and not breaker:
+            raise ValueError("cordon_on_read needs the breaker params (the DAG's defaults)")
         self.conn_id = conn_id
         self.poll_interval = poll_interval
         self.source = source
         self.kubernetes_conn_id = kubernetes_conn_id
+        self.cordon_on_read = cordon_on_read
+        self.dry_run = dry_run
+        self.breaker = dict(breaker or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -108,6 +144,9 @@ class XidInboxTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "source": self.source,
                 "kubernetes_conn_id": self.kubernetes_conn_id,
+                "cordon_on_read": self.cordon_on_read,
+                "dry_run": self.dry_run,
+                "breaker": self.breaker,
             },
         )
 
@@ -120,6 +159,12 @@ class XidInboxTrigger(BaseEventTrigger):
 
         conn = await BaseHook.aget_connection(self.conn_id)
         engine = _engine(url_from_connection(conn))
+        if self.cordon_on_read:
+            # Imported on the event loop, once, before any batch: a first import of these in a
+            # worker thread stalled the loop past the triggerer's 30 s deadlock watchdog.
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+            from fleetval.xid import steps  # noqa: F401
         core_v1 = None
         # None: FLEETVAL_XID_SOURCE, read here in the triggerer at run time, not when the DAG is parsed.
         source = self.source or Settings.from_env().xid_source
@@ -132,9 +177,38 @@ class XidInboxTrigger(BaseEventTrigger):
         while True:
             if core_v1 is not None:
                 await asyncio.to_thread(copy_npd_events, engine, core_v1)
-            batch = await asyncio.to_thread(dispatch_pending, engine, now=dt.datetime.now(dt.UTC))
+            now = dt.datetime.now(dt.UTC)
+            batch = await asyncio.to_thread(dispatch_pending, engine, now=now)
             if batch is not None:
                 self.log.info("Xid inbox: %s new lines on %s nodes", batch["lines"], batch["nodes"])
+                if self.cordon_on_read:
+                    await self._cordon(engine, batch["dispatch_id"], now)
                 yield TriggerEvent(batch)  # type: ignore[no-untyped-call]  # untyped in Airflow
-                return
+                continue  # more may have arrived meanwhile: look again at once
             await asyncio.sleep(self.poll_interval)
+
+    async def _cordon(self, engine: Any, dispatch_id: str, now: dt.datetime) -> None:
+        from fleetval.store.repository import Store
+        from fleetval.xid.steps import cordon_on_read
+
+        try:
+            cluster, breaker = cordon_inputs(self.kubernetes_conn_id, self.breaker)
+            outcomes = await asyncio.to_thread(
+                cordon_on_read,
+                Store(engine),
+                cluster,
+                dispatch_id=dispatch_id,
+                breaker=breaker,
+                dry_run=self.dry_run,
+                now=now,
+            )
+        except Exception:  # the DAG run's decide_and_cordon cordons them instead, later
+            self.log.exception("cordoning dispatch %s as it was read failed; the DAG run will", dispatch_id)
+            return
+        self.log.info(
+            "Xid inbox: dispatch %s: %s cordoned%s, %s withheld by the breaker",
+            dispatch_id,
+            sum(1 for o in outcomes if o.cordoned),
+            " (shadow mode)" if self.dry_run else "",
+            sum(1 for o in outcomes if o.withheld),
+        )
