@@ -656,7 +656,7 @@ class Store:
             unique = list(_last_per_key(rows))
             values = [[r[c] for c in VERDICT_COLUMNS] for r in unique]
             table: Table = VerdictRow.__table__  # type: ignore[assignment]
-            if not _any_verdict_stored(conn, unique) and _copy_if_new(
+            if _verdicts_of_new_probes(conn, unique) and _copy_if_new(
                 conn, "verdicts", VERDICT_COLUMNS, values, table
             ):
                 return
@@ -828,14 +828,17 @@ def _copy_if_new(
     return True
 
 
-def _any_verdict_stored(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
+def _verdicts_of_new_probes(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every row belongs to a probe that has no verdict yet (a first judgement): then a
+    plain COPY is likely to meet no stored key. A cheap test (an index probe per probe, not per
+    verdict); a key it misses makes the COPY fail, and `_copy_if_new` falls back."""
+    probe_ids = {r["probe_id"] for r in rows}
+    if None in probe_ids:
+        return False
     found = conn.exec_driver_sql(
-        "SELECT EXISTS (SELECT 1 FROM verdicts v JOIN unnest(%s::bigint[], %s::text[], %s::text[]) "
-        "AS k(run_id, criterion, subject) ON v.run_id = k.run_id AND v.criterion = k.criterion "
-        "AND v.subject = k.subject)",
-        ([r["run_id"] for r in rows], [r["criterion"] for r in rows], [r["subject"] for r in rows]),
+        "SELECT EXISTS (SELECT 1 FROM verdicts WHERE probe_id = ANY(%s))", (sorted(probe_ids),)
     )
-    return bool(found.scalar())
+    return not found.scalar()
 
 
 def _probe_ids(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, int]:
