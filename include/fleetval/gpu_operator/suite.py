@@ -34,6 +34,7 @@ from fleetval.gpu_operator.upgrade_policy import (
     judge_rollout,
     policy_in_force,
 )
+from fleetval.k8s.cluster import GPU_NODE_SELECTOR, PAGE, paged
 from fleetval.mig.sharing import judge_time_slicing
 from fleetval.nodes import NodeInfo
 from fleetval.probes import outputs as probe_outputs
@@ -43,20 +44,7 @@ from fleetval.store.repository import Store
 
 SUITE: Final = "gpu_operator_validation"
 DEFAULT_OPERATOR_NAMESPACE: Final = "gpu-operator"
-GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
-PAGE: Final = 500
 ROLLOUT_TOOL: Final = "driver-rollout"
-
-
-def _paged(fetch: Callable[[str | None], Any]) -> list[Any]:
-    items: list[Any] = []
-    token: str | None = None
-    while True:
-        page = fetch(token)
-        items.extend(page.items)
-        token = page.metadata._continue
-        if not token:
-            return items
 
 
 def _api_probe(run_key: str, tool: str, node: str, source: str) -> ProbeSpec:
@@ -96,9 +84,7 @@ def _store_and_judge(
 
 def gpu_nodes(core: Any) -> list[dict[str, Any]]:
     """Every GPU node as the API returns it (a dict)."""
-    nodes = _paged(
-        lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
-    )
+    nodes = paged(lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token))
     return [core.api_client.sanitize_for_serialization(n) for n in nodes]
 
 
@@ -106,7 +92,7 @@ def check_operands(
     store: Store, run_id: int, core: Any, *, run_key: str, nodes: Sequence[str], namespace: str
 ) -> list[Verdict]:
     """D-OP-01 per GPU node, from the operand pods the API lists on it."""
-    pods = _paged(lambda token: core.list_namespaced_pod(namespace, limit=PAGE, _continue=token))
+    pods = paged(lambda token: core.list_namespaced_pod(namespace, limit=PAGE, _continue=token))
     by_node: dict[str, list[Any]] = {n: [] for n in nodes}
     for pod in pods:
         if pod.spec.node_name in by_node:
@@ -182,10 +168,8 @@ def _uses_gpu(pod: Any) -> bool:
 
 def rollout_snapshot(core: Any, *, at: float) -> Snapshot:
     """Every GPU node's upgrade state, cordon and running GPU pods, now."""
-    nodes = _paged(
-        lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token)
-    )
-    running = _paged(
+    nodes = paged(lambda token: core.list_node(label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token))
+    running = paged(
         lambda token: core.list_pod_for_all_namespaces(
             field_selector="status.phase=Running", limit=PAGE, _continue=token
         )

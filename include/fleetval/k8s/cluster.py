@@ -35,6 +35,18 @@ PROBE_POD_SELECTOR: Final = "app.kubernetes.io/part-of=fleetval,fleetval.io/prob
 KEEP_FAILED_PODS: Final = 50
 
 
+def paged(fetch: Callable[[str | None], Any]) -> list[Any]:
+    """Every item of a list call, `limit` at a time: `fetch(continue_token)` returns one page."""
+    items: list[Any] = []
+    token: str | None = None
+    while True:
+        page = fetch(token)
+        items.extend(page.items)
+        token = page.metadata._continue
+        if not token:
+            return items
+
+
 class NodeUpdateError(FleetvalError):
     """A node operation that could not be applied (the node kept changing under us, or the API refused)."""
 
@@ -52,7 +64,7 @@ class KubeCluster:
         gpu_pods = self.gpu_pods_per_node()
         return [
             self._node_info(node, gpu_pods.get(node.metadata.name, 0))
-            for node in self._paged(
+            for node in paged(
                 lambda token: self.core.list_node(
                     label_selector=GPU_NODE_SELECTOR, limit=PAGE, _continue=token
                 )
@@ -108,7 +120,7 @@ class KubeCluster:
     def workload_gpu_pods(self, node: str) -> int:
         """Unfinished pods holding GPUs on `node`, fleetval's probe pods excepted (a retried probe
         finds its own earlier pod there)."""
-        pods = self._paged(
+        pods = paged(
             lambda token: self.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
                 label_selector="!fleetval.io/probe",
@@ -122,7 +134,7 @@ class KubeCluster:
         """Pods holding GPUs on each node: bound and not finished (Pending on a node holds its GPUs too)."""
         counts: dict[str, int] = {}
         selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-        pages = self._paged(
+        pages = paged(
             lambda token: self.core.list_pod_for_all_namespaces(
                 field_selector=selector, limit=PAGE, _continue=token
             )
@@ -132,22 +144,11 @@ class KubeCluster:
                 counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
         return counts
 
-    @staticmethod
-    def _paged(fetch: Callable[[str | None], Any]) -> list[Any]:
-        items: list[Any] = []
-        token: str | None = None
-        while True:
-            page = fetch(token)
-            items.extend(page.items)
-            token = page.metadata._continue
-            if not token:
-                return items
-
     # --- probe pods -----------------------------------------------------------------------------
     def prune_failed_probe_pods(self, namespace: str, *, keep: int = KEEP_FAILED_PODS) -> list[str]:
         """Delete all but the newest `keep` failed probe pods (kept for forensics, but bounded);
         returns the names deleted."""
-        failed = self._paged(
+        failed = paged(
             lambda token: self.core.list_namespaced_pod(
                 namespace,
                 label_selector=PROBE_POD_SELECTOR,
