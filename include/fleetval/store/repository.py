@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import itertools
 import json
 import logging
 import re
@@ -213,7 +214,7 @@ def copy_rows(
     then rolls back what was sent): a lone surrogate is a UnicodeEncodeError (a refused value),
     not psycopg2's cancelled COPY, which reads like a lost connection."""
     formats = [_copy_formatter(conn, types_of, c) for c in columns]
-    source = _CopySource("\t".join([fmt(v) for fmt, v in zip(formats, row, strict=True)]) for row in rows)
+    source = _CopySource(_copy_blocks(formats, rows))
     statement = f"COPY {table_name} ({', '.join(columns)}) FROM STDIN"
     dbapi_conn = conn.connection.dbapi_connection
     assert dbapi_conn is not None
@@ -235,17 +236,44 @@ def copy_rows(
         raise source.error
 
 
-# Bytes psycopg2 asks for per read of a COPY source (its default is 8 KiB).
+# Bytes psycopg2 asks for per read of a COPY source (its default is 8 KiB), and rows per block
+# formatted at once.
 _COPY_READ: Final = 1 << 16
+_COPY_BLOCK_ROWS: Final = 1000
+
+
+def _copy_blocks(formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
+    """COPY text for `rows`, a block of lines at a time, formatted column by column: a column of
+    plain ints or floats is `str` of each, one of plain strings without a COPY special is itself
+    (what `_copy_escape` makes of them), so Python calls a formatter per value only for the
+    other columns (JSON, converted types, NULLs)."""
+    plain = [fmt is _copy_escape for fmt in formats]
+    width = len(formats)
+    it = iter(rows)
+    while block := list(itertools.islice(it, _COPY_BLOCK_ROWS)):
+        if set(map(len, block)) != {width}:
+            raise ValueError(f"rows of {sorted(set(map(len, block)))} values for {width} columns")
+        out: list[Iterable[str]] = []
+        for fmt, is_plain, column in zip(formats, plain, zip(*block, strict=True), strict=True):
+            if is_plain:
+                kinds = set(map(type, column))
+                if kinds <= {int, float}:
+                    out.append(map(str, column))
+                    continue
+                if kinds == {str} and _COPY_SPECIAL.search("".join(column)) is None:
+                    out.append(column)
+                    continue
+            out.append(map(fmt, column))
+        yield "\n".join(map("\t".join, zip(*out, strict=True))) + "\n"
 
 
 class _CopySource:
-    """A file for psycopg2's `copy_expert`: each read formats and encodes the next lines. An error
+    """A file for psycopg2's `copy_expert`: each read formats and encodes the next blocks. An error
     is kept (`error`) and ends the data, since one raised inside psycopg2's read would reach the
     caller as a failed COPY rather than as itself; only whole lines are ever sent."""
 
-    def __init__(self, lines: Iterator[str]) -> None:
-        self._lines = lines
+    def __init__(self, blocks: Iterator[str]) -> None:
+        self._blocks = blocks
         self.error: Exception | None = None
 
     def read(self, size: int = -1) -> bytes:
@@ -254,15 +282,12 @@ class _CopySource:
         parts: list[str] = []
         length = 0
         try:
-            for line in self._lines:
-                parts.append(line)
-                length += len(line) + 1
+            for block in self._blocks:
+                parts.append(block)
+                length += len(block)
                 if 0 <= size <= length:
                     break
-            if not parts:
-                return b""
-            parts.append("")
-            return "\n".join(parts).encode("utf-8")
+            return "".join(parts).encode("utf-8")
         except Exception as exc:  # re-raised by copy_rows once the COPY has ended
             self.error = exc
             return b""

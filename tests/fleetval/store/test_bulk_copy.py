@@ -166,3 +166,24 @@ def test_copy_escape_keeps_its_format(value: Any) -> None:
 
 def test_bytes_are_bytea_hex_in_copy_format() -> None:
     assert repo._copy_escape(b"\x00\xff\\") == "\\\\x00ff5c"
+
+
+def test_column_by_column_blocks_are_the_per_value_format() -> None:
+    formats = [repo._copy_escape, repo._copy_escape, repo._copy_escape, repo._copy_json, repo._copy_escape]
+    rows: list[tuple[Any, ...]] = [
+        (1, 1.5, "plain", {"a": 1}, None),
+        (2, 2, "tab\there", {"b": "\x00"}, True),
+        (None, math.nan, "", [], b"\x01"),
+        (2**40, -0.0, "back\\slash", {"c": math.inf}, dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
+    ]
+    rows += [(i, float(i), f"s{i}", {"i": i}, "x") for i in range(2500)]  # more than one block
+    expected = "".join("\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in rows)
+    assert "".join(repo._copy_blocks(formats, rows)) == expected
+    clean: list[tuple[Any, ...]] = [
+        (i, float(i), f"s{i}", {}, "x") for i in range(10)
+    ]  # every column takes its shortcut
+    assert "".join(repo._copy_blocks(formats, clean)) == "".join(
+        "\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in clean
+    )
+    with pytest.raises(ValueError, match="values for 5 columns"):
+        list(repo._copy_blocks(formats, [(1, 2)]))
