@@ -246,7 +246,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"start: {load()}")
 
-    work = Path(tempfile.mkdtemp(prefix="fleetval-xid-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="fleetval-ttc-bench-"))
     admin = sa.create_engine(args.pg, isolation_level="AUTOCOMMIT")
     db = f"fleetval_xid_bench_{os.getpid()}"
     with admin.connect() as conn:
@@ -291,6 +291,18 @@ def main() -> None:
         time.sleep(8)  # the triggerer picks the watcher up
         floor = api_floor(watcher, cluster, singles[-3:])
         print(f"reference: cordon patch → seen by the watch, no Airflow: {stats(floor)}")
+
+        # Warm-up, not a sample: the bench's first Xid may come before the triggerer runs the
+        # watcher (it picks it up some seconds after the DAG is unpaused).
+        warm_node = singles[-4]
+        [warm] = bench.time_to_cordon(bench.xid([warm_node]), timeout_s=300)
+        print(f"warm-up (not a sample): {warm_node} cordoned {warm:.2f}s after its Xid ({load()})")
+        watcher.wait(f"{warm_node} back in service", lambda: not watcher.unschedulable[warm_node], 600)
+        airflow.wait_for(
+            "no run in flight",
+            lambda: all(r["state"] in ("success", "failed") for r in airflow.runs(DAG)),
+            600,
+        )
 
         # A. One Xid alone; its run (and r3) ends before the next sample.
         for i in range(args.alone):
