@@ -242,11 +242,18 @@ _COPY_READ: Final = 1 << 16
 _COPY_BLOCK_ROWS: Final = 1000
 
 
+_TEXT: Final = {str}
+_TEXT_OR_NULL: Final = {str, type(None)}
+_NUMBERS: Final = {int, float}
+_NUMBERS_OR_NULL: Final = {int, float, type(None)}
+
+
 def _copy_blocks(formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
     """COPY text for `rows`, a block of lines at a time, formatted column by column: a column of
     plain ints or floats is `str` of each, one of plain strings without a COPY special is itself
-    (what `_copy_escape` makes of them), so Python calls a formatter per value only for the
-    other columns (JSON, converted types, NULLs)."""
+    (what `_copy_escape` makes of them; NULLs as `\\N`), a converted text column converts each
+    distinct string once; Python calls a formatter per value only for the other columns (JSON,
+    datetimes, bytes, mixed types)."""
     plain = [fmt is _copy_escape for fmt in formats]
     width = len(formats)
     it = iter(rows)
@@ -255,14 +262,27 @@ def _copy_blocks(formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequenc
             raise ValueError(f"rows of {sorted(set(map(len, block)))} values for {width} columns")
         out: list[Iterable[str]] = []
         for fmt, is_plain, column in zip(formats, plain, zip(*block, strict=True), strict=True):
+            kinds = set(map(type, column))
             if is_plain:
-                kinds = set(map(type, column))
-                if kinds <= {int, float}:
+                if kinds <= _NUMBERS:
                     out.append(map(str, column))
                     continue
-                if kinds == {str} and _COPY_SPECIAL.search("".join(column)) is None:
-                    out.append(column)
+                if kinds <= _NUMBERS_OR_NULL:
+                    out.append(["\\N" if v is None else str(v) for v in column])
                     continue
+                if kinds <= _TEXT_OR_NULL:
+                    texts = [v for v in column if v is not None]
+                    if _COPY_SPECIAL.search("".join(texts)) is None:
+                        out.append(
+                            column
+                            if len(texts) == len(column)
+                            else ["\\N" if v is None else v for v in column]
+                        )
+                        continue
+            elif kinds == _TEXT:  # a converted text column: each distinct string converted once
+                converted = {v: fmt(v) for v in set(column)}
+                out.append(map(converted.__getitem__, column))
+                continue
             out.append(map(fmt, column))
         yield "\n".join(map("\t".join, zip(*out, strict=True))) + "\n"
 

@@ -187,3 +187,20 @@ def test_column_by_column_blocks_are_the_per_value_format() -> None:
     )
     with pytest.raises(ValueError, match="values for 5 columns"):
         list(repo._copy_blocks(formats, [(1, 2)]))
+
+
+def test_null_holding_and_converted_text_columns_in_blocks() -> None:
+    class _Conn:
+        dialect = sa.create_engine("sqlite://").dialect
+
+    reason = repo._copy_formatter(_Conn(), VerdictRow.__table__, "reason")  # type: ignore[arg-type]
+    formats = [repo._copy_escape, repo._copy_escape, reason, repo._copy_escape]
+    rows: list[tuple[Any, ...]] = [
+        (None, "a", "same reason", None),
+        (1, None, "nul\x00 reason", None),
+        (2.5, "b", "same reason", None),
+        (None, "c\td", "same reason", None),  # a COPY special: the column goes value by value
+    ]
+    for block in (rows[:3], rows):
+        expected = "".join("\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in block)
+        assert "".join(repo._copy_blocks(formats, block)) == expected
