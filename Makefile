@@ -8,7 +8,7 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv lint typecheck test test-all postgres demo demo-once demo-kueue demo-drill bench fuzz clean
+.PHONY: venv tools lint typecheck test test-all postgres demo demo-once demo-kueue demo-drill bench fuzz clean
 
 $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml jobs/ckpt-reference/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Debian's docker-compose (1.29): `docker-compose config` checks the Compose files without a Docker
+# engine (tests/deploy). Installed with apt-get where this runs as root; elsewhere, install it.
+tools:
+	@command -v docker-compose >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "tools: installing Debian's docker-compose"; \
+	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; \
+	else \
+	  echo "warning: no docker-compose; install Debian's docker-compose package (tests/deploy need it)"; \
+	fi
+
 # The tests need a real PostgreSQL: use FLEETVAL_TEST_DB_URL if set, else the local server,
 # starting it when it is installed but down.
 PG_UP = $(BIN)/python -c "import psycopg2; psycopg2.connect(host='$(PG_HOST)', port=$(PG_PORT), user='postgres', dbname='postgres', connect_timeout=3).close()" 2>/dev/null
@@ -49,10 +60,10 @@ postgres: $(STAMP)
 
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
 # on a 2-core machine; `make test-all` runs those too (about 35 min there).
-test: $(STAMP) lint typecheck postgres
+test: $(STAMP) tools lint typecheck postgres
 	$(BIN)/pytest -q -m "not e2e_long"
 
-test-all: $(STAMP) lint typecheck postgres
+test-all: $(STAMP) tools lint typecheck postgres
 	$(BIN)/pytest -q
 
 # The long fuzz run: every parser family's suite at 12,000 mutated inputs per test, a hang fails.

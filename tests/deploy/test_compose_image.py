@@ -1,8 +1,10 @@
 """What ships to deploy fleetval on one host: the image (Dockerfile), Compose, and the requirements.
 
-There is no Docker engine here, so Compose is checked the way `docker compose config` would: the
-file is interpolated from an environment, merged, and validated against the compose-spec schema
-(tests/fixtures/deploy/compose-spec.json); the Dockerfile is linted by hadolint.
+There is no Docker engine here. Compose is checked by Debian's `docker-compose config` (which
+needs none; `make tools` installs it), and by this module's own reading: the file interpolated
+from an environment, merged, validated against the compose-spec schema
+(tests/fixtures/deploy/compose-spec.json) — the two readings must agree. The Dockerfile is linted
+by hadolint.
 """
 
 from __future__ import annotations
@@ -104,6 +106,34 @@ def test_compose_is_valid_against_the_compose_spec(spec: dict[str, Any]) -> None
         "docker-compose.yaml", "docker-compose.kubeconfig.yaml", env={**ENV, "KUBECONFIG_DIR": "/k"}
     )
     validator.validate(with_kubeconfig)
+
+
+def _docker_compose(*files: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Debian's docker-compose (make tools installs it): `config` needs no Docker engine."""
+    tool = shutil.which("docker-compose")
+    assert tool, "no docker-compose: `make tools` installs Debian's package"
+    args = [tool, *(a for f in files for a in ("-f", f)), "config"]
+    return subprocess.run(
+        args, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True
+    )
+
+
+def test_docker_compose_config_reads_the_files_as_this_test_does(spec: dict[str, Any]) -> None:
+    result = _docker_compose("docker-compose.yaml", env=ENV)
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)
+    for name in AIRFLOW_SERVICES:
+        assert resolved["services"][name]["environment"] == {
+            k: str(v) for k, v in spec["services"][name]["environment"].items()
+        }, name
+        assert resolved["services"][name]["depends_on"] == spec["services"][name]["depends_on"], name
+    with_kubeconfig = _docker_compose(
+        "docker-compose.yaml", "docker-compose.kubeconfig.yaml", env={**ENV, "KUBECONFIG_DIR": "/k"}
+    )
+    assert with_kubeconfig.returncode == 0, with_kubeconfig.stderr
+    for name in ("AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"):
+        missing = _docker_compose("docker-compose.yaml", env={k: v for k, v in ENV.items() if k != name})
+        assert missing.returncode != 0 and f"set {name}" in missing.stderr, name
 
 
 def test_compose_refuses_to_start_without_its_secrets() -> None:
