@@ -18,6 +18,9 @@ Phases (target: time-to-cordon p90 <= 10 s in each):
      still unfinished at each injection are printed).
 Then the breaker (5 % in a 5 s window; 40 failing) and a 900-line Xid 45 storm (no cordon).
 
+Before phase A, one warm-up Xid, printed but not a sample: right after the DAG is unpaused the
+triggerer may not run the watcher yet.
+
 Reference in the same run: the API floor (a cordon patch straight to the API until the watch
 sees it) and the delivery delay. The load average is printed: the machine is shared.
     python bench/xid_time_to_cordon.py [--alone 3 --bursts 3 --burst 150 --delivery 1.0-2.0]

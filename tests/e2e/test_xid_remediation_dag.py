@@ -116,3 +116,28 @@ def test_breaker_variable_overrides_params(monkeypatch: Any) -> None:
     assert breaker.max_fleet_fraction == 0.0625
     assert breaker.max_rack_fraction == 0.5
     assert breaker.window.total_seconds() == 5
+
+
+# make test-all: an Airflow of its own, with schedules (asset-triggered runs), ~3 min on 2 cores.
+@pytest.mark.e2e_long
+def test_the_trigger_cordons_before_the_event_run_exists(sim_kube: Any, tmp_path: Any) -> None:
+    from fleetval.sim.airflow_run import LocalAirflow
+
+    kube = sim_kube(DEMO_FLEET)
+    store = kube.store
+    airflow = LocalAirflow(
+        tmp_path / "home", kube.db_url, kube.kubeconfig, use_schedules=True, deferrable_probes=False
+    )
+    with airflow:
+        airflow.unpause("xid_remediation")
+        inject(store.engine, FLEET, [("r01-n01", 79, 0, 1)], at=dt.datetime.now(dt.UTC), tag="event")
+        airflow.wait_for("the cordon", lambda: kube.node("r01-n01").spec.unschedulable, 180, interval_s=0.2)
+        [cordon] = store.node_events(node="r01-n01", kind="cordon")
+        assert cordon["event_key"].startswith("xid-on-read/")  # the trigger's, before any run
+        assert any(t.key == "fleetval.io/maintenance" for t in kube.node("r01-n01").spec.taints)
+        run_id = airflow.first_run("xid_remediation")
+        assert airflow.wait_run("xid_remediation", run_id) == "success"
+    assert len(store.node_events(node="r01-n01", kind="cordon")) == 1  # the run did not cordon again
+    [ttc] = [r for r in store.verdicts() if r["criterion"] == "D-DEV-05"]
+    assert ttc["subject"] == "r01-n01" and ttc["evidence"]["dry_run"] is False
+    assert not kube.node("r01-n01").spec.unschedulable  # r3 passed: back in service
