@@ -65,15 +65,7 @@ def test_the_probe_pod_module_loads_the_operator() -> None:
 
 @pytest.mark.parametrize(
     "dag_file",
-    [
-        pytest.param(
-            p.name,
-            marks=pytest.mark.xfail(reason="owned by the Xid path; see bench/dag_parse_cost.py", strict=False)
-            if p.name == "xid_remediation.py"
-            else (),
-        )
-        for p in sorted(DAGS.glob("*.py"))
-    ],
+    [p.name for p in sorted(DAGS.glob("*.py"))],
 )
 def test_a_dag_file_that_loads_the_operator_names_it(dag_file: str) -> None:
     imports = top_level_imports(ast.parse((DAGS / dag_file).read_text()))
