@@ -53,6 +53,7 @@ from fleetval.store.migrate import upgrade
 from fleetval.store.models import encode_raw, escape_json
 from fleetval.store.repository import (
     MEASUREMENT_COLUMNS,
+    PROBE_COLUMNS,
     VERDICT_COLUMNS,
     Store,
     _copy_escape,
@@ -62,20 +63,6 @@ from fleetval.store.repository import (
 WAVE = 1024
 Payload = list[tuple[str, Sequence[str], bytes]]  # (table, columns, COPY text)
 TABLES = "probes, measurements, verdicts"
-PROBE_COLUMNS = (
-    "run_id",
-    "probe_key",
-    "tool",
-    "tool_version",
-    "nodes",
-    "spec",
-    "raw",
-    "raw_codec",
-    "raw_sha256",
-    "exit_code",
-    "started_at",
-    "finished_at",
-)
 
 
 @dataclasses.dataclass

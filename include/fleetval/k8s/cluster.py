@@ -194,54 +194,42 @@ class KubeCluster:
     ) -> None:
         """Cordon, taint and label in one patch (one read for the taints' resourceVersion, one
         write): the node is unschedulable and tainted at the same instant, never one without the
-        other, and a burst costs two API calls per node instead of four. Raw JSON both ways:
-        building the client's models of a Node costs more than the calls."""
+        other, and a burst costs two API calls per node instead of four."""
+
+        def change(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            kept = [t for t in taints if not (t["key"] == key and t.get("effect") == effect)]
+            return [*kept, {"key": key, "value": value, "effect": effect}]
+
+        self._update_taints(node, change, cordon=True, labels=labels)
+
+    def _update_taints(
+        self,
+        node: str,
+        change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+        *,
+        cordon: bool = False,
+        labels: dict[str, str | None] | None = None,
+    ) -> None:
+        """Write `change(taints)` (and the cordon and labels) with the read's resourceVersion, so a
+        concurrent writer's taint is never lost: a 409 reads again. Raw JSON both ways: building
+        the client's models of a Node costs more than the calls."""
         for attempt in range(CONFLICT_RETRIES):
             current = json.loads(self.core.read_node(node, _preload_content=False).data)
             taints = [
                 {k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None}
                 for t in (current.get("spec") or {}).get("taints") or []
             ]
-            kept = [t for t in taints if not (t["key"] == key and t.get("effect") == effect)]
+            wanted = change(taints)
+            if wanted == taints and not cordon and not labels:
+                return
             metadata: dict[str, Any] = {"resourceVersion": current["metadata"]["resourceVersion"]}
             if labels:
                 metadata["labels"] = labels  # a null value removes the label
-            body = {
-                "metadata": metadata,
-                "spec": {
-                    "unschedulable": True,
-                    "taints": [*kept, {"key": key, "value": value, "effect": effect}],
-                },
-            }
+            spec: dict[str, Any] = {"taints": wanted}
+            if cordon:
+                spec["unschedulable"] = True
             try:
-                self.core.patch_node(node, body, _preload_content=False)
-                return
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise NodeUpdateError(
-            f"node {node!r} kept changing: gave up cordoning it after {CONFLICT_RETRIES} conflicts"
-        )
-
-    def _update_taints(
-        self, node: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-    ) -> None:
-        for attempt in range(CONFLICT_RETRIES):
-            current = self.core.read_node(node)
-            taints = [
-                {k: v for k, v in (("key", t.key), ("value", t.value), ("effect", t.effect)) if v is not None}
-                for t in (current.spec.taints or [])
-            ]
-            wanted = change(taints)
-            if wanted == taints:
-                return
-            body = {
-                "metadata": {"resourceVersion": current.metadata.resource_version},
-                "spec": {"taints": wanted},
-            }
-            try:
-                self.core.patch_node(node, body)
+                self.core.patch_node(node, {"metadata": metadata, "spec": spec}, _preload_content=False)
                 return
             except ApiException as exc:
                 if exc.status != 409:

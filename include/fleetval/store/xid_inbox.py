@@ -58,12 +58,13 @@ def dispatch_pending(engine: Engine, *, now: dt.datetime) -> dict[str, Any] | No
 def dispatched_lines(engine: Engine, dispatch_id: str) -> dict[str, list[str]]:
     """node → the lines reserved by `dispatch_id`, in arrival order (what the trigger cordons on
     as soon as it has read them, before any DAG run exists)."""
+    return _lines_where(engine, XidInbox.dispatch_id == dispatch_id)
+
+
+def _lines_where(engine: Engine, condition: Any) -> dict[str, list[str]]:
+    """node → the inbox lines matching `condition`, in arrival order."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(XidInbox.node, XidInbox.line)
-            .where(XidInbox.dispatch_id == dispatch_id)
-            .order_by(XidInbox.id)
-        ).all()
+        rows = conn.execute(select(XidInbox.node, XidInbox.line).where(condition).order_by(XidInbox.id)).all()
     lines: dict[str, list[str]] = defaultdict(list)
     for node, line in rows:
         lines[node].append(line)
@@ -108,16 +109,7 @@ def claim(
 
 def claimed_lines(engine: Engine, run_id: int) -> dict[str, list[str]]:
     """node → the lines run `run_id` claimed, in arrival order."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(XidInbox.node, XidInbox.line)
-            .where(XidInbox.claimed_run_id == run_id)
-            .order_by(XidInbox.id)
-        ).all()
-    claimed: dict[str, list[str]] = defaultdict(list)
-    for node, line in rows:
-        claimed[node].append(line)
-    return dict(claimed)
+    return _lines_where(engine, XidInbox.claimed_run_id == run_id)
 
 
 def first_received(engine: Engine, run_id: int) -> dict[str, dt.datetime]:
