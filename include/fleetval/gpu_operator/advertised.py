@@ -53,7 +53,7 @@ def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
 
 def _count(value: Any) -> int | None:
     text = str(value)
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None  # '²'.isdigit() is True
 
 
 def judge_advertised(subject: str, facts: Mapping[str, Any]) -> Verdict:

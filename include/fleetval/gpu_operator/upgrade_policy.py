@@ -109,9 +109,9 @@ def policy_in_force(
 def scaled(value: Any, total: int) -> int:
     """intstr.GetScaledValueFromIntOrPercent, rounding up (the operator's reading of maxUnavailable)."""
     text = str(value if value is not None else "25%")
-    if text.endswith("%") and text[:-1].isdigit():
+    if text.endswith("%") and text[:-1].isascii() and text[:-1].isdigit():
         return math.ceil(total * int(text[:-1]) / 100)
-    return int(text) if text.isdigit() else total
+    return int(text) if text.isascii() and text.isdigit() else total  # '²'.isdigit() is True
 
 
 def judge_rollout(

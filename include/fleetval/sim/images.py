@@ -1089,9 +1089,13 @@ def _slots(env: Mapping[str, str], hosts: str | None) -> int | None:
     (its hostfile's `slots=`); None when neither says (OpenMPI would count cores)."""
     if hosts is not None:
         counts = [part.rpartition(":")[2] for part in hosts.split(",")]
-        return int(counts[0]) if all(c.isdigit() for c in counts) and len(set(counts)) == 1 else None
+        return (
+            int(counts[0])
+            if all(c.isascii() and c.isdigit() for c in counts) and len(set(counts)) == 1
+            else None
+        )
     value = env.get("OMPI_MCA_orte_set_default_slots", "")
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def _run_mpirun(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
