@@ -32,14 +32,20 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Debian's docker-compose (1.29): `docker-compose config` checks the Compose files without a Docker
-# engine (tests/deploy). Installed with apt-get where this runs as root; elsewhere, install it.
+# engine (tests/deploy). Debian's chromium: the fleet-health page's browser test drives it
+# (Playwright with executable_path=/usr/bin/chromium; no browser is ever downloaded). Installed with
+# apt-get where this runs as root; elsewhere, install them (the tests that need them fail without).
+TOOL_PACKAGES := docker-compose:docker-compose chromium:chromium
 tools:
-	@command -v docker-compose >/dev/null && exit 0; \
+	@missing=""; for pair in $(TOOL_PACKAGES); do \
+	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "tools: installing Debian's docker-compose"; \
-	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; \
+	  echo "tools: installing Debian's$$missing"; \
+	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else \
-	  echo "warning: no docker-compose; install Debian's docker-compose package (tests/deploy need it)"; \
+	  echo "warning: missing Debian packages:$$missing (tests/deploy need docker-compose, the fleet page's browser test chromium)"; \
 	fi
 
 # The tests need a real PostgreSQL: use FLEETVAL_TEST_DB_URL if set, else the local server,
