@@ -26,21 +26,36 @@ The catalog is data (`profiles.csv` next to this module; every row names its sou
   to the memory proportion" to 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb
   "respectively", i.e. one for one with the A100-40GB rows, so IDs, max instances and placements are
   the A100-40GB ones. No source at hand prints its memory (blank) or its GFD product (none).
-- **H100-94GB** (H100 NVL): the first three `-lgip` rows from NVIDIA/gpu-operator PR #900 (fixture
-  `nvidia-smi-mig-lgip-h100-nvl-partial-gpu-operator-pr900.txt`) and the H100 NVL `-lgipp` printed by
-  Colfax Research; the other four profiles' names and max instances come from NVIDIA's H100 94GB
-  table, their IDs from matching that `-lgipp` (ID 14: the only profile with three size-2 starts =
-  2g.24gb x 3; ID 9: two size-4 starts = 3g.47gb x 2; ID 5: one size-4 start = 4g.47gb x 1; ID 0:
-  size 8 = 7g.94gb). Their memory is left blank: no source at hand prints it.
+- **H100-94GB** (H100 NVL, H800 NVL): the complete `-lgip`/`-lgipp` of an Azure H100 NVL on driver
+  560 (fixture `nvidia-smi-mig-lgip-lgipp-smi-h100-nvl-560-azure-alizeechen11-readme.txt`), its first
+  three rows also in NVIDIA/gpu-operator PR #900.
 - **A30-24GB**: the complete `-lgip`/`-lgipp` of fixture
   `nvidia-smi-mig-lgip-lgipp-lgi-a30-all-allocated-free0-summer-lo-readme.txt` (4 memory slots, 4
-  compute slices). NVIDIA's table also lists 2g.12gb+me (R525 and later); no `-lgip`/`-lgipp` at hand
-  shows its ID or placement, so it is left out.
+  compute slices), plus NVIDIA's 2g.12gb+me (R525 and later; no ID at hand).
+- **H100-96GB** (GH200 96GB, H100 96GB; the GPU Operator ships these layouts for PG506 and H20 too),
+  **H200-141GB** (H200 SXM, H200 NVL), **GH200-144GB**, **B200-180GB**, **GB200-186GB**: names and max
+  instances from the GPU Operator's default mig-parted config (its `all-<profile>` configs fill a GPU
+  with the maximum) and mig-parted's profile table (fixture
+  `mig-parted-builder-test-gpu-profiles-bd7160f4-excerpt.go.txt`, from NVIDIA's supported-profiles
+  page); IDs and memory only where a real `-lgip` prints them (B200's first four rows). **GB200-189GB**
+  is the same device under the names its first driver printed (1g.24gb … 7g.189gb: the GB200 `-lgip`
+  of PR #1303 and the config that first shipped GB200); NVIDIA renamed them in August 2025.
+- **RTX-PRO-6000** (Blackwell Server Edition): the partial `-lgip` of fixture
+  `nvidia-smi-mig-lgip-rtx-pro-6000-blackwell-gfx-me-all-partial-cubecos-issue312.txt` (IDs 14, 21,
+  47; 65 for +me.all from its note) and the config's and mig-parted's tables for the +gfx, +me.all and
+  -me variants. Constraints between those variants (a graphics instance beside a compute one) are not
+  modelled.
 
-Left out, for want of a real `-lgipp` (placements) in any source at hand: H100 96GB / GH200, H20,
-H200 141GB and H200 NVL, GH200 144GB, B200, GB200, B300, RTX PRO 6000/5000/4500 Blackwell and Thor.
-Their partial `-lgip` outputs and NVIDIA's tables give names and counts, but placing instances on
-them would mean guessing the slot layout.
+No real `-lgipp` is at hand for the GPUs of the last two items: their placements are those of a GPU
+with the same slice geometry (the H100-80GB's on 8 memory slots, the A30's on 4), and their rows say
+so ("placements derived from ..."). Their max-instance counts, which NVIDIA publishes, are the same
+as that GPU's, which is what the geometry predicts. Left out: RTX PRO 5000/4500, B300, GB300 and
+Thor (no layout in the config at hand), and any GPU whose only source would be a guess.
+
+PCI device ids (`device_ids`, mig-parted's `device-filter` form `0x233010DE`) are every id the
+default config's `device-filter`s name, assigned to a catalogued GPU by the ConfigMap's comment
+lines and by what pci.ids calls them (fixture `pci-ids-nvidia-mig-devices-excerpt.txt`); so a named
+mig-parted config resolves for a node's GPU (`mig_parted_layout`, `node_layouts`, `check_node`).
 
 Memory GiB is what the cited output printed; other SKUs and drivers of the same GPU print slightly
 different values, so it is informative and never used to judge a layout.
@@ -66,6 +81,7 @@ CATALOG_FILE: Final = "profiles.csv"
 _COLUMNS: Final = (
     "gpu",
     "products",
+    "device_ids",
     "profile",
     "gi_profile_id",
     "compute_slices",
@@ -77,6 +93,8 @@ _COLUMNS: Final = (
 )
 _GPU_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 _PRODUCT: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# mig-parted's device-filter form: 0x<device><vendor>, e.g. 0x233010DE (NVIDIA is vendor 10DE).
+_DEVICE_ID: Final = re.compile(r"^0x[0-9A-F]{4}10DE$")
 # 1g.10gb, 1g.10gb+me, 1g.24gb+me.all, 1g.24gb-me: the leading number is the compute slices.
 _PROFILE_NAME: Final = re.compile(r"^(\d+)g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)?$")
 # GFD's per-profile product label (`NVIDIA-H100-80GB-HBM3-MIG-1g.10gb`) names the parent GPU first.
@@ -92,7 +110,7 @@ class MigProfile:
     """One GPU-instance profile of one GPU, as the driver lists it (`-lgip` + `-lgipp`)."""
 
     name: str
-    gi_profile_id: int
+    gi_profile_id: int | None  # None: no source at hand prints it for this GPU
     compute_slices: int
     memory_gib: float | None
     max_instances: int
@@ -122,6 +140,7 @@ class GpuMig:
     profiles: tuple[MigProfile, ...]
     memory_slots: int
     compute_slices: int
+    device_ids: tuple[str, ...] = ()
 
     def profile(self, name: str) -> MigProfile | None:
         """The profile called `name` (`1g.10gb`, or as nvidia-smi prints it, `MIG 1g.10gb`)."""
@@ -135,6 +154,7 @@ class GpuMig:
         return {
             "name": self.name,
             "products": list(self.products),
+            "device_ids": list(self.device_ids),
             "memory_slots": self.memory_slots,
             "compute_slices": self.compute_slices,
             "profiles": [p.to_json() for p in self.profiles],
@@ -206,7 +226,7 @@ def _row_profile(row: Mapping[str, str]) -> MigProfile:
         raise MigError(f"MIG catalog: {row['gpu']} {name}: no source")
     return MigProfile(
         name=name,
-        gi_profile_id=_int(row, "gi_profile_id", 0),
+        gi_profile_id=_int(row, "gi_profile_id", 0) if row["gi_profile_id"].strip() else None,
         compute_slices=compute,
         memory_gib=memory,
         max_instances=maximum,
@@ -216,13 +236,15 @@ def _row_profile(row: Mapping[str, str]) -> MigProfile:
     )
 
 
-def _gpu(name: str, products: tuple[str, ...], profiles: list[MigProfile]) -> GpuMig:
+def _gpu(
+    name: str, products: tuple[str, ...], device_ids: tuple[str, ...], profiles: list[MigProfile]
+) -> GpuMig:
     """A GPU from its rows; the totals are those of its full-GPU profile (all slots, most compute)."""
     slots = max(start + p.placement_size for p in profiles for start in p.placements)
     compute = max(p.compute_slices for p in profiles)
     if not any(p.placement_size == slots and p.compute_slices == compute for p in profiles):
         raise MigError(f"MIG catalog: {name} has no full-GPU profile ({compute}g on {slots} slots)")
-    return GpuMig(name, products, tuple(profiles), slots, compute)
+    return GpuMig(name, products, tuple(profiles), slots, compute, device_ids)
 
 
 def load_catalog(text: str) -> dict[str, GpuMig]:
@@ -233,6 +255,7 @@ def load_catalog(text: str) -> dict[str, GpuMig]:
         raise MigError(f"MIG catalog: columns {reader.fieldnames} != {list(_COLUMNS)}")
     rows: dict[str, list[MigProfile]] = {}
     products: dict[str, tuple[str, ...]] = {}
+    devices: dict[str, tuple[str, ...]] = {}
     for row in reader:
         if None in row or any(value is None for value in row.values()):
             raise MigError(f"MIG catalog: row {row} does not have {len(_COLUMNS)} columns")
@@ -244,11 +267,18 @@ def load_catalog(text: str) -> dict[str, GpuMig]:
             raise MigError(f"MIG catalog: {gpu}: product labels {bad} are not GFD label values")
         if products.setdefault(gpu, labels) != labels:
             raise MigError(f"MIG catalog: {gpu}: products differ between rows ({products[gpu]} vs {labels})")
+        ids = tuple(i.strip() for i in row["device_ids"].split(";") if i.strip())
+        if bad := [i for i in ids if not _DEVICE_ID.match(i)]:
+            raise MigError(f"MIG catalog: {gpu}: device ids {bad} are not like 0x233010DE")
+        if devices.setdefault(gpu, ids) != ids:
+            raise MigError(f"MIG catalog: {gpu}: device ids differ between rows ({devices[gpu]} vs {ids})")
         profile = _row_profile(row)
         listed = rows.setdefault(gpu, [])
         if any(p.name == profile.name for p in listed):
             raise MigError(f"MIG catalog: {gpu} {profile.name} listed twice")
-        if any(p.gi_profile_id == profile.gi_profile_id for p in listed):
+        if profile.gi_profile_id is not None and any(
+            p.gi_profile_id == profile.gi_profile_id for p in listed
+        ):
             raise MigError(f"MIG catalog: {gpu}: profile ID {profile.gi_profile_id} used twice")
         listed.append(profile)
     owners: dict[str, str] = {}
@@ -260,7 +290,7 @@ def load_catalog(text: str) -> dict[str, GpuMig]:
                 )
     if not rows:
         raise MigError("MIG catalog: no rows")
-    return {gpu: _gpu(gpu, products[gpu], profiles) for gpu, profiles in rows.items()}
+    return {gpu: _gpu(gpu, products[gpu], devices[gpu], profiles) for gpu, profiles in rows.items()}
 
 
 @cache
@@ -274,11 +304,28 @@ def catalog() -> dict[str, GpuMig]:
     return dict(_catalog())
 
 
+def gpus_for_device(device_id: str) -> list[GpuMig]:
+    """The catalogued GPUs of a PCI device id (`0x233010DE`): one, or one per profile naming its
+    drivers have used (GB200); [] when the catalog does not know the device."""
+    wanted = device_id.strip().upper().replace("0X", "0x", 1)
+    return [gpu for gpu in _catalog().values() if wanted in gpu.device_ids]
+
+
 def gpu_for(product_or_name: str) -> GpuMig:
-    """The GPU for a canonical name (`H100-80GB`) or a GFD `nvidia.com/gpu.product` value, including
-    the time-sliced (`-SHARED`) and per-MIG-profile (`-MIG-1g.10gb`) forms GFD writes."""
+    """The GPU for a canonical name (`H100-80GB`), a GFD `nvidia.com/gpu.product` value (including
+    the time-sliced `-SHARED` and per-MIG-profile `-MIG-1g.10gb` forms GFD writes) or a PCI device
+    id (`0x233010DE`, when only one catalogued GPU has it)."""
     gpus = _catalog()
     text = product_or_name.strip()
+    if _DEVICE_ID.match(text.upper().replace("0X", "0x", 1)):
+        found = gpus_for_device(text)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise MigError(
+                f"device {text} is {' or '.join(g.name for g in found)}: its drivers name its profiles"
+                " differently; give the GPU's name"
+            )
     label = _MIG_PRODUCT_SUFFIX.sub("", text.removesuffix("-SHARED")).casefold()
     for gpu in gpus.values():
         if text.casefold() == gpu.name.casefold() or label in {p.casefold() for p in gpu.products}:
@@ -448,21 +495,7 @@ def _mig_devices(entry: Mapping[str, object], where: str) -> dict[str, int]:
     return counts
 
 
-def check_mig_parted(
-    config: Mapping[str, object],
-    name: str,
-    gpu: GpuMig,
-    *,
-    device_id: str | None = None,
-    device_index: int | None = None,
-) -> LayoutCheck:
-    """Whether `gpu` can hold what config `name` of a mig-parted v1 config asks of it.
-
-    The entry that applies is picked the way mig-parted does: by `device-filter` (the PCI device
-    id, e.g. `0x233010DE`, give `device_id`) and by `devices` (`all`, or GPU indices, give
-    `device_index`). `mig-enabled: false` is an empty layout, which is allowed. A config that is
-    malformed, or where no single entry applies, is a MigError: there is no layout to judge.
-    """
+def _entries(config: Mapping[str, object], name: str) -> list[Mapping[str, object]]:
     version = config.get("version")
     if version is not None and version != "v1":
         raise MigError(f"mig-parted config: version {version!r} is not v1")
@@ -474,18 +507,43 @@ def check_mig_parted(
         raise MigError(f"mig-parted config has no config {name!r} (configs: {', '.join(map(str, configs))})")
     if not isinstance(entries, list) or not entries:
         raise MigError(f"mig-parted config {name!r}: not a list of device entries")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise MigError(f"mig-parted config {name!r} entry {index}: not a mapping")
+    return entries
+
+
+def mig_parted_layout(
+    config: Mapping[str, object],
+    name: str,
+    gpu: GpuMig,
+    *,
+    device_id: str | None = None,
+    device_index: int | None = None,
+) -> dict[str, int]:
+    """What config `name` of a mig-parted v1 config asks of one GPU: profile -> instances ({} for
+    `mig-enabled: false`).
+
+    The entry that applies is picked the way mig-parted does: by `device-filter` (the PCI device
+    id: `device_id`, else any of the catalog's `gpu.device_ids`) and by `devices` (`all`, or GPU
+    indices: give `device_index`). A config that is malformed, or where no single entry applies,
+    is a MigError: there is no layout to judge.
+    """
+    entries = _entries(config, name)
+    wanted = {device_id.strip().upper()} if device_id is not None else {i.upper() for i in gpu.device_ids}
     applying: list[tuple[int, dict[str, int]]] = []
     for index, entry in enumerate(entries):
         where = f"mig-parted config {name!r} entry {index}"
-        if not isinstance(entry, Mapping):
-            raise MigError(f"{where}: not a mapping")
         counts = _mig_devices(entry, where)
         ids = _device_filter(entry, where)
         indices = _devices(entry, where)
         if ids is not None:
-            if device_id is None:
-                raise MigError(f"{where}: picks GPUs by device-filter {list(ids)}; give the GPU's device_id")
-            if device_id.strip().upper() not in ids:
+            if not wanted:
+                raise MigError(
+                    f"{where}: picks GPUs by device-filter {list(ids)}; give the GPU's device_id"
+                    f" (the catalog knows none for {gpu.name})"
+                )
+            if not wanted & set(ids):
                 continue
         if indices is not None:
             if device_index is None:
@@ -496,10 +554,67 @@ def check_mig_parted(
     if not applying:
         raise MigError(
             f"mig-parted config {name!r}: no entry applies to this GPU"
-            f" (device_id={device_id}, device_index={device_index})"
+            f" ({gpu.name}, device_id={device_id or ','.join(gpu.device_ids) or None},"
+            f" device_index={device_index})"
         )
     if len(applying) > 1:
         raise MigError(
             f"mig-parted config {name!r}: entries {[i for i, _ in applying]} all apply to this GPU"
         )
-    return _judge(gpu, applying[0][1])
+    return applying[0][1]
+
+
+def check_mig_parted(
+    config: Mapping[str, object],
+    name: str,
+    gpu: GpuMig,
+    *,
+    device_id: str | None = None,
+    device_index: int | None = None,
+) -> LayoutCheck:
+    """Whether `gpu` can hold what config `name` of a mig-parted v1 config asks of it (the entry
+    picked as `mig_parted_layout` picks it). `mig-enabled: false` is an empty layout, which is
+    allowed."""
+    return _judge(gpu, mig_parted_layout(config, name, gpu, device_id=device_id, device_index=device_index))
+
+
+def node_layouts(config: Mapping[str, object], name: str, gpu: GpuMig, gpus: int) -> list[dict[str, int]]:
+    """The layout config `name` asks of each of a node's `gpus` GPUs (all of model `gpu`), by index."""
+    return [mig_parted_layout(config, name, gpu, device_index=i) for i in range(gpus)]
+
+
+def check_node(config: Mapping[str, object], name: str, gpu: GpuMig, gpus: int) -> LayoutCheck:
+    """Whether every GPU of a node can hold what config `name` asks of it. The reasons of a GPU
+    that cannot are prefixed with its index when the GPUs were asked different things."""
+    layouts = node_layouts(config, name, gpu, gpus)
+    checks = [_judge(gpu, layout) for layout in layouts]
+    if all(c.allowed for c in checks):
+        return LayoutCheck(True, (), checks[0].placement if len({str(x) for x in layouts}) == 1 else ())
+    same = len({str(x) for x in layouts}) == 1
+    reasons: list[str] = []
+    for index, check in enumerate(checks):
+        for reason in check.reasons:
+            text = reason if same else f"GPU {index}: {reason}"
+            if text not in reasons:
+                reasons.append(text)
+    return LayoutCheck(False, tuple(reasons), ())
+
+
+def read_mig_parted_config(text: str) -> dict[str, object]:
+    """A mig-parted v1 config from YAML text: the config itself, or a ConfigMap holding it under
+    `data["config.yaml"]` (the GPU Operator's `default-mig-parted-config`)."""
+    import yaml  # a run-time import: the catalog itself needs no YAML
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MigError(f"mig-parted config is not YAML: {' '.join(str(exc).split())[:200]}") from None
+    if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap":
+        data = doc.get("data")
+        inner = data.get("config.yaml") if isinstance(data, Mapping) else None
+        if not isinstance(inner, str):
+            raise MigError("ConfigMap has no data[config.yaml]: not a mig-parted config")
+        return read_mig_parted_config(inner)
+    if not isinstance(doc, Mapping) or "mig-configs" not in doc:
+        raise MigError("not a mig-parted config (no mig-configs)")
+    return {str(k): v for k, v in doc.items()}
