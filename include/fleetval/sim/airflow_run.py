@@ -2,10 +2,11 @@
 the end-to-end tests and the benchmarks use, so all of them run the DAGs production runs.
 
 `LocalAirflow` starts the Airflow components (`airflow standalone`: api-server, scheduler with
-the LocalExecutor, dag-processor, triggerer) in a home of its own, with the `fleetval_db` and
-`kubernetes_default` connections pointing at the given store and kubeconfig, and drives it
-through the REST API (trigger, unpause, wait). Airflow is a separate process started from
-`PATH` (the venv's `airflow`); this module does not import it.
+the LocalExecutor, dag-processor, triggerer) in a home of its own, with the repository's DAGs and
+plugins (the fleet-health page), the `fleetval_db` and `kubernetes_default` connections pointing
+at the given store and kubeconfig, and an admin and a read-only `viewer` user (simple auth
+manager), and drives it through the REST API (trigger, unpause, wait). Airflow is a separate process
+started from `PATH` (the venv's `airflow`); this module does not import it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Final
 from fleetval.errors import FleetvalError
 
 ADMIN: Final = "admin"
+VIEWER: Final = "viewer"
 FINISHED: Final = frozenset({"success", "failed"})
 
 
@@ -64,12 +66,22 @@ def default_dags_folder() -> pathlib.Path:
     raise AirflowRunError("cannot find the dags folder next to the fleetval package; pass it explicitly")
 
 
+def default_plugins_folder() -> pathlib.Path | None:
+    """The repository's `plugins/` (beside `dags/`), if there is one."""
+    try:
+        folder = default_dags_folder().parent / "plugins"
+    except AirflowRunError:
+        return None
+    return folder if folder.is_dir() else None
+
+
 @dataclass
 class LocalAirflow:
     home: pathlib.Path
     db_url: str
     kubeconfig: pathlib.Path
     dags_folder: pathlib.Path = field(default_factory=default_dags_folder)
+    plugins_folder: pathlib.Path | None = field(default_factory=default_plugins_folder)
     port: int = 0
     parallelism: int = 4
     # Off: only the runs this harness triggers happen (unpausing a scheduled DAG would also start
@@ -80,10 +92,14 @@ class LocalAirflow:
     # the deferral in Airflow 3.3, and the task is failed and retried.
     deferrable_probes: bool = True
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    # More users of the simple auth manager: name → (role, password). Roles: viewer, user, op, admin.
+    users: dict[str, tuple[str, str]] = field(
+        default_factory=lambda: {VIEWER: ("viewer", secrets.token_urlsafe(12))}
+    )
     extra_env: dict[str, str] = field(default_factory=dict)
     _env: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen[bytes] | None = None
-    _token: str | None = None
+    _tokens: dict[str, str] = field(default_factory=dict)
 
     @property
     def base(self) -> str:
@@ -102,6 +118,7 @@ class LocalAirflow:
             "PATH": f"{airflow_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
             "AIRFLOW_HOME": str(airflow_home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            **({"AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder)} if self.plugins_folder else {}),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
@@ -116,7 +133,9 @@ class LocalAirflow:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__API__BASE_URL": self.base,
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                [f"{ADMIN}:admin", *(f"{name}:{role}" for name, (role, _) in self.users.items())]
+            ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
             "AIRFLOW_CONN_FLEETVAL_DB": json.dumps({"conn_type": "generic", "extra": {"url": self.db_url}}),
@@ -144,7 +163,7 @@ class LocalAirflow:
     def start(self, *, timeout_s: float = 240) -> LocalAirflow:
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
-        (self.home / "passwords.json").write_text(json.dumps({ADMIN: self.password}))
+        (self.home / "passwords.json").write_text(json.dumps(self.passwords()))
         self._env = self.env()
         self._airflow("db", "migrate")
         pools = self.dags_folder.parent / "pools.json"
@@ -190,11 +209,15 @@ class LocalAirflow:
             raw = response.read()
             return json.loads(raw) if raw else None
 
-    def token(self) -> str:
-        if self._token is None:
-            login = {"username": ADMIN, "password": self.password}
-            self._token = str(self.call("POST", "/auth/token", login, auth=False)["access_token"])
-        return self._token
+    def passwords(self) -> dict[str, str]:
+        return {ADMIN: self.password, **{name: password for name, (_, password) in self.users.items()}}
+
+    def token(self, user: str = ADMIN) -> str:
+        """A JWT for `user` (POST /auth/token), kept for later calls."""
+        if user not in self._tokens:
+            login = {"username": user, "password": self.passwords()[user]}
+            self._tokens[user] = str(self.call("POST", "/auth/token", login, auth=False)["access_token"])
+        return self._tokens[user]
 
     def _healthy(self) -> bool:
         if self._proc is not None and self._proc.poll() is not None:

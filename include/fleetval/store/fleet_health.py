@@ -1,0 +1,779 @@
+"""Every read the fleet-health page makes, in one place: what it shows is what these return.
+
+Reads only (writes stay in `Store`); PostgreSQL and SQLite alike (the demo's store is SQLite).
+Each view reads a bounded slice, so its cost follows the fleet, not the history:
+
+- the heatmap and the coverage read the verdicts of runs started within a horizon (default 90
+  days): the runs' id range is an index range on the verdicts' `(run_id, criterion, subject)` key;
+- node pages, NCCL curves, Kueue and onboarding results read by indexed node, subject, probe or run.
+
+The inventory (which nodes exist, their racks) is the newest weekly sweep's plan — the GPU nodes
+the cluster reported then, swept or not — plus every node a verdict or node event names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sqlalchemy import Engine, and_, case, func, or_, select
+
+from fleetval.criteria import BY_ID, CRITERIA, IMPLEMENTED_BY
+from fleetval.records import Result
+from fleetval.store.models import Baseline, Measurement, NodeEvent, Probe, Run, VerdictRow, unescape_json
+
+RESULTS: Final = tuple(r.value for r in sorted(Result, key=lambda r: r.severity))
+SEVERITY: Final = {r.value: r.severity for r in Result}
+# Layers whose verdicts are about one node, in the catalog's order: the heatmap's columns.
+NODE_LAYERS: Final = ("operator", "device", "network", "sharing")
+DEFAULT_HORIZON_DAYS: Final = 90
+R2_CRITERIA: Final = ("D-DEV-01", "D-DEV-03")  # a DCGM r2 at onboarding or in the weekly sweep
+NCCL_METRIC: Final = "nccl.busbw"
+NCCL_SUITE: Final = "post_upgrade_nccl"
+KUEUE_SUITE: Final = "kueue_contention"
+WEEKLY_SUITE: Final = "weekly"
+# The rack onboarding DAG's runs (its suite name); any suite starting with this counts.
+ONBOARDING_SUITE_PREFIX: Final = "onboarding"
+UNKNOWN_RACK: Final = "(rack unknown)"
+
+_LAYER_OF: Final = {c.id: c.layer for c in CRITERIA}
+_SEV_SQL = case(SEVERITY, value=VerdictRow.result, else_=SEVERITY["error"])
+_LAYER_SQL = case(_LAYER_OF, value=VerdictRow.criterion, else_="other")
+
+
+def result_of(severity: int) -> str:
+    return RESULTS[max(0, min(severity, len(RESULTS) - 1))]
+
+
+def layer_of(criterion: str) -> str:
+    return _LAYER_OF.get(criterion, "other")
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """r2-n9 before r10-n10: digit runs compare as numbers."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    # SQLite gives naive datetimes back; everything stored is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def first_run_since(engine: Engine, since: dt.datetime | None) -> int:
+    """The lowest run id started at or after `since` (0: every run); the verdicts of later runs
+    are an index range on their key."""
+    if since is None:
+        return 0
+    with engine.connect() as conn:
+        found = conn.execute(select(func.min(Run.id)).where(Run.started_at >= since)).scalar()
+        if found is None:  # no run that recent: an empty range
+            found = (conn.execute(select(func.max(Run.id))).scalar() or 0) + 1
+    return int(found)
+
+
+# --- inventory ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    rack_of: dict[str, str]
+    skipped: dict[str, str]  # node → why the newest weekly sweep did not probe it
+    source: dict[str, Any] | None  # the weekly run the plan came from (id, run_key, started_at)
+
+    def racks(self) -> dict[str, list[str]]:
+        by_rack: dict[str, list[str]] = defaultdict(list)
+        for node, rack in self.rack_of.items():
+            by_rack[rack].append(node)
+        return {r: sorted(by_rack[r], key=natural_key) for r in sorted(by_rack, key=natural_key)}
+
+
+def inventory(engine: Engine, *, extra_nodes: Iterable[str] = ()) -> Inventory:
+    """The newest weekly plan's GPU nodes and racks, plus `extra_nodes` (rack from their node
+    events where one says, else unknown)."""
+    with engine.connect() as conn:
+        for run_id, run_key, started_at in conn.execute(
+            select(Run.id, Run.run_key, Run.started_at)
+            .where(Run.suite == WEEKLY_SUITE)
+            .order_by(Run.id.desc())
+        ):
+            plan = _plan_of(conn, int(run_id))
+            if plan is not None:
+                source = {"run_id": int(run_id), "run_key": run_key, "started_at": _aware(started_at)}
+                break
+        else:
+            plan, source = {}, None
+    rack_of = {str(k): str(v) for k, v in (plan.get("rack_of") or {}).items()}
+    skipped = {str(k): str(v) for k, v in (plan.get("skipped") or {}).items()}
+    missing = sorted(set(extra_nodes) - rack_of.keys())
+    if missing:
+        rack_of.update(_racks_from_events(engine, missing))
+    return Inventory(rack_of, skipped, source)
+
+
+def _plan_of(conn: Any, run_id: int) -> dict[str, Any] | None:
+    """Only the plan's rack_of and skipped: a 16k-node plan's waves are not decoded."""
+    if conn.dialect.name == "postgresql":
+        row = conn.exec_driver_sql(
+            "SELECT meta->'plan'->'rack_of', meta->'plan'->'skipped' FROM runs WHERE id = %s", (run_id,)
+        ).first()
+        if row is None or row[0] is None:
+            return None
+        return {"rack_of": unescape_json(row[0]), "skipped": unescape_json(row[1] or {})}
+    meta = conn.execute(select(Run.meta).where(Run.id == run_id)).scalar()
+    plan = (meta or {}).get("plan")
+    return dict(plan) if isinstance(plan, dict) and "rack_of" in plan else None
+
+
+def _racks_from_events(engine: Engine, nodes: Sequence[str]) -> dict[str, str]:
+    out = dict.fromkeys(nodes, UNKNOWN_RACK)
+    with engine.connect() as conn:
+        for start in range(0, len(nodes), 1000):
+            chunk = nodes[start : start + 1000]
+            for node, details in conn.execute(
+                select(NodeEvent.node, NodeEvent.details)
+                .where(NodeEvent.node.in_(chunk))
+                .order_by(NodeEvent.id)
+            ):
+                rack = (details or {}).get("rack")
+                if rack:
+                    out[node] = str(rack)
+    return out
+
+
+# --- the heatmap --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A node's latest verdict in one layer: the worst result of the newest run that judged the
+    node in that layer."""
+
+    result: str
+    run_id: int
+    at: dt.datetime | None
+    verdicts: int
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGrid:
+    inventory: Inventory
+    cells: dict[str, dict[str, Cell]]  # node → layer → cell
+    layers: tuple[str, ...]
+    since: dt.datetime | None
+
+    def worst(self, node: str) -> str | None:
+        cells = self.cells.get(node)
+        if not cells:
+            return None
+        return max((c.result for c in cells.values()), key=SEVERITY.__getitem__)
+
+    def counts(self) -> dict[str, Counter[str]]:
+        """layer → result → nodes; "untested" for inventory nodes without a verdict there."""
+        out: dict[str, Counter[str]] = {layer: Counter() for layer in self.layers}
+        for node in self.inventory.rack_of:
+            cells = self.cells.get(node, {})
+            for layer in self.layers:
+                cell = cells.get(layer)
+                out[layer][cell.result if cell else "untested"] += 1
+        return out
+
+
+def latest_cells(engine: Engine, *, from_run: int = 0) -> dict[str, dict[str, Cell]]:
+    """node → layer → Cell over the verdicts of runs with id >= `from_run`. A verdict's node is
+    its `node` column, else its subject (an isolated node's blame has no node column); subjects
+    that are not nodes (pairs, "cluster", scenarios) come back too and are the caller's to drop."""
+    who = func.coalesce(VerdictRow.node, VerdictRow.subject)
+    grouped = (
+        select(
+            who.label("node"),
+            _LAYER_SQL.label("layer"),
+            VerdictRow.run_id,
+            func.max(_SEV_SQL).label("sev"),
+            func.max(VerdictRow.judged_at).label("at"),
+            func.count().label("n"),
+        )
+        .where(VerdictRow.run_id >= from_run)
+        .group_by(who, _LAYER_SQL, VerdictRow.run_id)
+        .subquery()
+    )
+    newest = func.row_number().over(
+        partition_by=(grouped.c.node, grouped.c.layer),
+        order_by=(grouped.c.at.desc(), grouped.c.run_id.desc()),
+    )
+    ranked = select(grouped, newest.label("rn")).subquery()
+    query = select(
+        ranked.c.node, ranked.c.layer, ranked.c.run_id, ranked.c.sev, ranked.c.at, ranked.c.n
+    ).where(ranked.c.rn == 1)
+    out: dict[str, dict[str, Cell]] = defaultdict(dict)
+    with engine.connect() as conn:
+        for node, layer, run_id, sev, at, n in conn.execute(query):
+            out[node][layer] = Cell(result_of(int(sev)), int(run_id), _aware(at), int(n))
+    return dict(out)
+
+
+def fleet_grid(
+    engine: Engine, *, horizon_days: int | None = DEFAULT_HORIZON_DAYS, now: dt.datetime | None = None
+) -> FleetGrid:
+    """The inventory and each node's latest verdict per node layer within the horizon."""
+    since = _since(horizon_days, now)
+    cells = latest_cells(engine, from_run=first_run_since(engine, since))
+    inv = inventory(engine)
+    if not inv.rack_of:  # no weekly plan yet: the nodes the verdicts name
+        inv = inventory(engine, extra_nodes=_node_column_values(engine))
+    known = inv.rack_of.keys()
+    cells = {n: c for n, c in cells.items() if n in known}
+    layers = tuple(
+        layer for layer in NODE_LAYERS if any(layer in c for c in cells.values()) or layer == "device"
+    )
+    return FleetGrid(inv, cells, layers, since)
+
+
+def _since(horizon_days: int | None, now: dt.datetime | None) -> dt.datetime | None:
+    if horizon_days is None:
+        return None
+    return (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=horizon_days)
+
+
+def _node_column_values(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        nodes = set(
+            conn.execute(select(VerdictRow.node).where(VerdictRow.node.is_not(None)).distinct()).scalars()
+        )
+        nodes |= set(conn.execute(select(NodeEvent.node).distinct()).scalars())
+    return sorted(n for n in nodes if n is not None)
+
+
+# --- one node -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NodePage:
+    node: str
+    rack: str | None
+    verdicts: list[dict[str, Any]]  # newest first
+    events: list[dict[str, Any]]  # newest first
+    time_to_cordon: list[dict[str, Any]]  # D-DEV-05: seconds from the first Xid to the cordon
+    truncated: bool
+
+
+def node_page(engine: Engine, node: str, *, limit: int = 500) -> NodePage:
+    """A node's verdicts (its own, and those whose subject it is), its node events and its
+    time-to-cordon measurements, newest first; at most `limit` verdicts."""
+    query = (
+        select(
+            VerdictRow.id,
+            VerdictRow.criterion,
+            VerdictRow.subject,
+            VerdictRow.result,
+            VerdictRow.action,
+            VerdictRow.rule_id,
+            VerdictRow.reason,
+            VerdictRow.evidence,
+            VerdictRow.judged_against,
+            VerdictRow.judged_at,
+            VerdictRow.run_id,
+            Run.run_key,
+            Run.suite,
+        )
+        .join(Run, Run.id == VerdictRow.run_id)
+        .where(or_(VerdictRow.node == node, and_(VerdictRow.subject == node, VerdictRow.node.is_(None))))
+        .order_by(VerdictRow.judged_at.desc(), VerdictRow.id.desc())
+        .limit(limit + 1)
+    )
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+        events = [
+            dict(r._mapping)
+            for r in conn.execute(
+                select(
+                    NodeEvent.kind,
+                    NodeEvent.reason,
+                    NodeEvent.dry_run,
+                    NodeEvent.at,
+                    NodeEvent.details,
+                    NodeEvent.run_id,
+                    Run.run_key,
+                )
+                .outerjoin(Run, Run.id == NodeEvent.run_id)
+                .where(NodeEvent.node == node)
+                .order_by(NodeEvent.at.desc(), NodeEvent.id.desc())
+                .limit(limit)
+            )
+        ]
+    truncated = len(rows) > limit
+    rows = rows[:limit]
+    for row in rows + events:
+        for key in ("judged_at", "at"):
+            if key in row:
+                row[key] = _aware(row[key])
+    ttc = [
+        {
+            "at": r["judged_at"],
+            "seconds": (r["evidence"] or {}).get("time_to_cordon_s"),
+            "result": r["result"],
+            "run_key": r["run_key"],
+            "dry_run": bool((r["evidence"] or {}).get("dry_run")),
+        }
+        for r in rows
+        if r["criterion"] == "D-DEV-05"
+    ]
+    rack = next((str(e["details"]["rack"]) for e in events if (e["details"] or {}).get("rack")), None)
+    if rack is None:
+        rack = inventory(engine).rack_of.get(node)
+    return NodePage(node, rack, rows, events, ttc, truncated)
+
+
+# --- NCCL ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NcclCurve:
+    profile: str
+    scope: str
+    subject: str
+    run_id: int | None
+    run_key: str | None
+    points: list[dict[str, Any]]  # size, repeat, busbw_gbps (one per measured row)
+    baseline: dict[str, Any] | None  # the promoted baseline: value, version, per-size stats, min_ratio
+    verdicts: list[dict[str, Any]]
+    via: str | None = None  # the pair whose probes are shown, for a node with none of its own
+
+
+def nccl_scopes(engine: Engine) -> list[dict[str, Any]]:
+    """(profile, scope) series that have a baseline version, with the promoted one's value."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Baseline.profile, Baseline.scope, Baseline.status, Baseline.version, Baseline.value)
+            .where(Baseline.metric == NCCL_METRIC)
+            .order_by(Baseline.profile, Baseline.scope, Baseline.version)
+        )
+        series: dict[tuple[str, str], dict[str, Any]] = {}
+        for profile, scope, status, version, value in rows:
+            entry = series.setdefault(
+                (profile, scope), {"profile": profile, "scope": scope, "promoted": None}
+            )
+            if status == "promoted":
+                entry["promoted"] = {"version": version, "value": value}
+    return sorted(series.values(), key=lambda s: (s["profile"], natural_key(s["scope"])))
+
+
+def nccl_subjects(engine: Engine, *, profile: str, scope: str, limit: int = 200) -> dict[str, Any]:
+    """The newest NCCL run's verdicts of this scope's busbw criterion, worst first: which
+    subjects to look at. Its run too."""
+    criterion = "D-NET-NCCL-02" if scope.startswith("inter-") else "D-NET-NCCL-01"
+    with engine.connect() as conn:
+        run = conn.execute(
+            select(Run.id, Run.run_key, Run.started_at)
+            .where(Run.suite == NCCL_SUITE)
+            .where(
+                select(VerdictRow.id)
+                .where(VerdictRow.run_id == Run.id, VerdictRow.criterion == criterion)
+                .exists()
+            )
+            .order_by(Run.id.desc())
+            .limit(1)
+        ).first()
+        if run is None:
+            return {"run": None, "criterion": criterion, "subjects": [], "total": 0}
+        rows = conn.execute(
+            select(VerdictRow.subject, VerdictRow.result, VerdictRow.reason, VerdictRow.judged_against)
+            .where(VerdictRow.run_id == run.id, VerdictRow.criterion == criterion)
+            .order_by(_SEV_SQL.desc(), VerdictRow.subject)
+        )
+        subjects: list[dict[str, Any]] = []
+        total = 0
+        for subject, result, reason, against in rows:
+            against = against or {}
+            if against.get("profile", profile) != profile or against.get("scope", scope) != scope:
+                continue
+            total += 1
+            if len(subjects) < limit:
+                subjects.append({"subject": subject, "result": result, "reason": reason})
+    return {
+        "run": {"id": int(run.id), "run_key": run.run_key, "started_at": _aware(run.started_at)},
+        "criterion": criterion,
+        "subjects": subjects,
+        "total": total,
+    }
+
+
+def nccl_curve(engine: Engine, *, profile: str, scope: str, subject: str) -> NcclCurve:
+    """busbw against message size for `subject`'s newest NCCL probes of this scope (every
+    repeat), with the promoted baseline's per-size statistics."""
+    with engine.connect() as conn:
+        verdict_rows = [
+            dict(r._mapping)
+            for r in conn.execute(
+                select(
+                    VerdictRow.run_id,
+                    VerdictRow.criterion,
+                    VerdictRow.result,
+                    VerdictRow.reason,
+                    VerdictRow.evidence,
+                    VerdictRow.judged_against,
+                    Run.run_key,
+                )
+                .join(Run, Run.id == VerdictRow.run_id)
+                .where(VerdictRow.subject == subject, Run.suite == NCCL_SUITE)
+                .where(VerdictRow.criterion.in_(("D-NET-NCCL-01", "D-NET-NCCL-02")))
+                .order_by(VerdictRow.run_id.desc())
+            )
+        ]
+        verdict_rows = [
+            v
+            for v in verdict_rows
+            if (v["judged_against"] or {}).get("scope", scope) == scope
+            and (v["judged_against"] or {}).get("profile", profile) == profile
+        ]
+        run_id = verdict_rows[0]["run_id"] if verdict_rows else None
+        run_key = verdict_rows[0]["run_key"] if verdict_rows else None
+        latest = [v for v in verdict_rows if v["run_id"] == run_id]
+        keys = _probe_keys(latest)
+        via = None
+        if run_id is not None and not keys:
+            # A node located by pair testing has no probe of its own: show its worst pair's.
+            pair = conn.execute(
+                select(VerdictRow.subject, VerdictRow.evidence)
+                .where(
+                    VerdictRow.run_id == run_id,
+                    VerdictRow.criterion == "D-NET-NCCL-02",
+                    or_(
+                        VerdictRow.subject.startswith(f"{subject}+"),
+                        VerdictRow.subject.endswith(f"+{subject}"),
+                    ),
+                )
+                .order_by(_SEV_SQL.desc(), VerdictRow.subject)
+                .limit(1)
+            ).first()
+            if pair is not None:
+                via = str(pair.subject)
+                keys = _probe_keys([{"evidence": pair.evidence}])
+        points: list[dict[str, Any]] = []
+        if run_id is not None and keys:
+            probe_ids = list(
+                conn.execute(
+                    select(Probe.id).where(Probe.run_id == run_id, Probe.probe_key.in_(keys))
+                ).scalars()
+            )
+            for value, attrs in conn.execute(
+                select(Measurement.value, Measurement.attrs)
+                .where(Measurement.probe_id.in_(probe_ids), Measurement.metric == NCCL_METRIC)
+                .order_by(Measurement.probe_id, Measurement.seq)
+            ):
+                attrs = attrs or {}
+                if value is None or attrs.get("size") is None:
+                    continue
+                points.append(
+                    {"size": int(attrs["size"]), "repeat": attrs.get("repeat"), "busbw_gbps": value}
+                )
+        promoted = conn.execute(
+            select(*Baseline.__table__.c).where(
+                Baseline.profile == profile,
+                Baseline.metric == NCCL_METRIC,
+                Baseline.scope == scope,
+                Baseline.status == "promoted",
+            )
+        ).first()
+    baseline = None
+    if promoted is not None:
+        stats = promoted.stats or {}
+        min_ratio = next(
+            (
+                (v["evidence"] or {}).get("min_ratio")
+                for v in latest
+                if (v["evidence"] or {}).get("min_ratio") is not None
+            ),
+            0.9,
+        )
+        baseline = {
+            "id": int(promoted.id),
+            "version": int(promoted.version),
+            "value": float(promoted.value),
+            "unit": promoted.unit,
+            "sizes": list(stats.get("sizes") or []),
+            "min_size_bytes": (stats.get("headline") or {}).get("min_size_bytes"),
+            "min_ratio": float(min_ratio or 0.9),
+        }
+    return NcclCurve(profile, scope, subject, run_id, run_key, points, baseline, latest, via)
+
+
+def _probe_keys(verdicts: Iterable[Mapping[str, Any]]) -> list[str]:
+    return sorted(
+        {
+            str(rep["probe_key"])
+            for v in verdicts
+            for rep in (v["evidence"] or {}).get("repeats") or []
+            if isinstance(rep, Mapping) and rep.get("probe_key")
+        }
+    )
+
+
+# --- baselines ----------------------------------------------------------------------------------
+def baselines(engine: Engine) -> list[dict[str, Any]]:
+    """Every baseline version (without per-size statistics), series by series, newest first."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                Baseline.id,
+                Baseline.profile,
+                Baseline.metric,
+                Baseline.scope,
+                Baseline.version,
+                Baseline.status,
+                Baseline.value,
+                Baseline.unit,
+                Baseline.source,
+                Baseline.created_at,
+                Baseline.promoted_at,
+                Baseline.retired_at,
+            ).order_by(Baseline.profile, Baseline.metric, Baseline.scope, Baseline.version.desc())
+        )
+        out = []
+        for r in rows:
+            row = dict(r._mapping)
+            for key in ("created_at", "promoted_at", "retired_at"):
+                row[key] = _aware(row[key])
+            out.append(row)
+    return sorted(out, key=lambda r: (r["profile"], r["metric"], natural_key(r["scope"]), -r["version"]))
+
+
+# --- coverage -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    as_of: dt.datetime
+    since: dt.datetime | None
+    last_r2: dict[str, dict[str, Any]]  # node → {"at", "result", "criterion"}: the newest judged r2
+    never: list[str]  # inventory nodes with no r2 ever
+    stale: list[str]  # inventory nodes with an r2, but none within the horizon
+    inventory: Inventory
+
+    def age_days(self, node: str) -> float | None:
+        last = self.last_r2.get(node)
+        if last is None or last["at"] is None:
+            return None
+        at: dt.datetime = last["at"]
+        return (self.as_of - at).total_seconds() / 86400
+
+
+def coverage(
+    engine: Engine, *, horizon_days: int | None = DEFAULT_HORIZON_DAYS, now: dt.datetime | None = None
+) -> Coverage:
+    """Each inventory node's newest r2 (D-DEV-01/D-DEV-03 on the node; an `error` is a harness
+    failure, not an r2) within the horizon; the rest, whether they ever had one."""
+    as_of = now or dt.datetime.now(dt.UTC)
+    since = _since(horizon_days, as_of)
+    from_run = first_run_since(engine, since)
+    newest = func.row_number().over(
+        partition_by=VerdictRow.node, order_by=(VerdictRow.judged_at.desc(), VerdictRow.id.desc())
+    )
+    ranked = (
+        select(
+            VerdictRow.node,
+            VerdictRow.judged_at,
+            VerdictRow.result,
+            VerdictRow.criterion,
+            newest.label("rn"),
+        )
+        .where(
+            VerdictRow.run_id >= from_run,
+            VerdictRow.criterion.in_(R2_CRITERIA),
+            VerdictRow.node.is_not(None),
+            VerdictRow.result != "error",
+        )
+        .subquery()
+    )
+    last: dict[str, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for node, at, result, criterion in conn.execute(
+            select(ranked.c.node, ranked.c.judged_at, ranked.c.result, ranked.c.criterion).where(
+                ranked.c.rn == 1
+            )
+        ):
+            last[node] = {"at": _aware(at), "result": result, "criterion": criterion}
+    inv = inventory(engine)
+    if not inv.rack_of:
+        inv = inventory(engine, extra_nodes=last)
+    untested = sorted(set(inv.rack_of) - last.keys(), key=natural_key)
+    stale: set[str] = set()
+    if untested and from_run > 0:  # tested before the horizon?
+        with engine.connect() as conn:
+            for start in range(0, len(untested), 1000):
+                chunk = untested[start : start + 1000]
+                stale.update(
+                    str(n)
+                    for n in conn.execute(
+                        select(VerdictRow.node)
+                        .where(
+                            VerdictRow.node.in_(chunk),
+                            VerdictRow.criterion.in_(R2_CRITERIA),
+                            VerdictRow.result != "error",
+                        )
+                        .distinct()
+                    ).scalars()
+                )
+    never = [n for n in untested if n not in stale]
+    return Coverage(as_of, since, last, never, sorted(stale, key=natural_key), inv)
+
+
+# --- criteria -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CriterionRow:
+    id: str
+    layer: str
+    statement: str
+    implemented_by: str
+    run: dict[str, Any] | None  # the newest run that judged it
+    counts: dict[str, int]  # result → verdicts in that run
+
+
+def criteria_matrix(engine: Engine) -> list[CriterionRow]:
+    """Each catalog criterion with what implements it and the results of the newest run that
+    judged it (one indexed lookup per criterion, then that run's counts)."""
+    out: list[CriterionRow] = []
+    with engine.connect() as conn:
+        for criterion in CRITERIA:
+            run_id = conn.execute(
+                select(func.max(VerdictRow.run_id)).where(VerdictRow.criterion == criterion.id)
+            ).scalar()
+            run = None
+            counts: dict[str, int] = {}
+            if run_id is not None:
+                found = conn.execute(
+                    select(Run.id, Run.run_key, Run.suite, Run.started_at).where(Run.id == run_id)
+                ).one()
+                run = {
+                    "id": int(found.id),
+                    "run_key": found.run_key,
+                    "suite": found.suite,
+                    "started_at": _aware(found.started_at),
+                }
+                counts = {
+                    str(result): int(n)
+                    for result, n in conn.execute(
+                        select(VerdictRow.result, func.count())
+                        .where(VerdictRow.run_id == run_id, VerdictRow.criterion == criterion.id)
+                        .group_by(VerdictRow.result)
+                    )
+                }
+            out.append(
+                CriterionRow(
+                    criterion.id,
+                    criterion.layer,
+                    criterion.statement,
+                    IMPLEMENTED_BY.get(criterion.id, ""),
+                    run,
+                    counts,
+                )
+            )
+    return out
+
+
+# --- runs of one suite: Kueue scenarios, onboarding reports -------------------------------------
+@dataclass(frozen=True, slots=True)
+class SuiteRun:
+    id: int
+    run_key: str
+    suite: str
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    meta: dict[str, Any]
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(v["result"] for v in self.verdicts))
+
+
+def suite_runs(
+    engine: Engine,
+    *,
+    suites: Sequence[str] = (),
+    suite_prefix: str | None = None,
+    limit: int = 10,
+    with_verdicts: int = 1,
+    verdict_limit: int = 2000,
+) -> list[SuiteRun]:
+    """The newest `limit` runs of these suites (or of every suite starting with `suite_prefix`),
+    newest first; the first `with_verdicts` of them with their verdicts (at most `verdict_limit`
+    each, worst first)."""
+    query = select(Run.id, Run.run_key, Run.suite, Run.started_at, Run.finished_at, Run.meta)
+    if suite_prefix is not None:
+        query = query.where(Run.suite.startswith(suite_prefix, autoescape=True))
+    else:
+        query = query.where(Run.suite.in_(list(suites)))
+    out: list[SuiteRun] = []
+    with engine.connect() as conn:
+        for r in conn.execute(query.order_by(Run.id.desc()).limit(limit)):
+            verdicts: list[dict[str, Any]] = []
+            if len(out) < with_verdicts:
+                verdicts = [
+                    dict(v._mapping)
+                    for v in conn.execute(
+                        select(
+                            VerdictRow.criterion,
+                            VerdictRow.subject,
+                            VerdictRow.node,
+                            VerdictRow.result,
+                            VerdictRow.action,
+                            VerdictRow.reason,
+                            VerdictRow.evidence,
+                            VerdictRow.judged_against,
+                            VerdictRow.judged_at,
+                        )
+                        .where(VerdictRow.run_id == r.id)
+                        .order_by(_SEV_SQL.desc(), VerdictRow.subject, VerdictRow.criterion)
+                        .limit(verdict_limit)
+                    )
+                ]
+            out.append(
+                SuiteRun(
+                    int(r.id),
+                    r.run_key,
+                    r.suite,
+                    _aware(r.started_at),
+                    _aware(r.finished_at),
+                    dict(r.meta or {}),
+                    verdicts,
+                )
+            )
+    return out
+
+
+def run_result_counts(engine: Engine, run_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """run → result → verdicts, for a few runs (an index range each)."""
+    out: dict[int, dict[str, int]] = {int(r): {} for r in run_ids}
+    if not run_ids:
+        return out
+    with engine.connect() as conn:
+        for run_id, result, n in conn.execute(
+            select(VerdictRow.run_id, VerdictRow.result, func.count())
+            .where(VerdictRow.run_id.in_(list(run_ids)))
+            .group_by(VerdictRow.run_id, VerdictRow.result)
+        ):
+            out[int(run_id)][str(result)] = int(n)
+    return out
+
+
+def kueue_results(engine: Engine, *, limit: int = 10) -> list[SuiteRun]:
+    """The newest kueue_contention runs; the newest with its verdicts (one per scenario and
+    criterion: subject `kueue/<scenario>`)."""
+    return suite_runs(engine, suites=(KUEUE_SUITE,), limit=limit)
+
+
+def onboarding_reports(engine: Engine, *, limit: int = 20) -> list[SuiteRun]:
+    """The newest onboarding runs (suite `onboarding…`), the newest with its verdicts; each run's
+    stored report is in its meta (`report` or `summary`)."""
+    return suite_runs(engine, suite_prefix=ONBOARDING_SUITE_PREFIX, limit=limit)
+
+
+def report_of(run: SuiteRun) -> Mapping[str, Any] | str | None:
+    """The report an onboarding run stored in its meta, if any."""
+    for key in ("report", "summary"):
+        if run.meta.get(key):
+            value = run.meta[key]
+            return value if isinstance(value, Mapping | str) else str(value)
+    return None
+
+
+def criterion_known(criterion: str) -> bool:
+    return criterion in BY_ID
