@@ -1,5 +1,6 @@
 # The fleetval Airflow image: the official Apache Airflow 3.3 image plus fleetval's locked run-time
-# requirements, the fleetval package (include/) and its DAGs. Compose and the Helm values use it.
+# requirements, the fleetval package (include/), its DAGs and its plugin (the fleet-health page).
+# Compose and the Helm values use it.
 #   docker build -t fleetval-airflow:0.1.0 .
 ARG AIRFLOW_VERSION=3.3.2
 ARG PYTHON_VERSION=3.11
@@ -17,6 +18,9 @@ COPY --chown=airflow:0 include /opt/fleetval/include
 RUN pip install --no-cache-dir --no-deps /opt/fleetval
 
 COPY --chown=airflow:0 dags /opt/airflow/dags
+# The fleet-health page (an api-server plugin: plugins/fleet_health_plugin.py and its package).
+COPY --chown=airflow:0 plugins /opt/airflow/plugins
 COPY --chown=airflow:0 pools.json /opt/fleetval/pools.json
 ENV AIRFLOW__CORE__DAGS_FOLDER=/opt/airflow/dags \
+    AIRFLOW__CORE__PLUGINS_FOLDER=/opt/airflow/plugins \
     AIRFLOW__CORE__LOAD_EXAMPLES=False

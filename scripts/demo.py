@@ -2,8 +2,9 @@
 standalone on the embedded default (SQLite) pointed at it, and the weekly sweep as the cron runs it:
 one probe pod task per node through the KubernetesPodOperator. Prints the verdicts, then delivers
 Xid 79 lines and shows the event-driven remediation (cordon, an r3 probe pod, back to service or
-quarantine), then the Kueue contention scenarios (`kueue_contention`), then serves the UI until
-Ctrl-C.
+quarantine), then the Kueue contention scenarios (`kueue_contention`), and ends on the fleet-health
+page (the plugin in plugins/: every verdict of the demo fleet by rack and layer), whose address
+and login it prints, serving the UI until Ctrl-C.
 
     python scripts/demo.py [--exit-after-summary] [--port 8080]
 """
@@ -14,13 +15,15 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 from fleetval.fleet.spec import load_fleet_spec
-from fleetval.sim.airflow_run import AirflowRunError, LocalAirflow
+from fleetval.sim.airflow_run import ADMIN, VIEWER, AirflowRunError, LocalAirflow
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
 from fleetval.store.engine import make_engine
@@ -30,6 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = ROOT / ".demo"
 FLEET = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
 PASSWORD = "fleetval"
+VIEWER_PASSWORD = "fleetval-viewer"
 # Probes last 2 % of their real time (an r2 about 3 s) and stay on their worker: deferral is for
 # real diagnostics (minutes); a trigger firing seconds after the deferral races Airflow's bookkeeping.
 TIME_SCALE = 0.02
@@ -63,6 +67,7 @@ def main() -> int:
         password=PASSWORD,
         use_schedules=True,  # unpausing runs the latest weekly slot, as the cron would
         deferrable_probes=False,
+        users={VIEWER: ("viewer", VIEWER_PASSWORD)},
     )
     try:
         print(f"== starting Airflow 3 (standalone) on :{args.port} — log: {airflow.log_path}")
@@ -106,10 +111,19 @@ def main() -> int:
         print()
         fleetval("verdicts", "--db", db)
         print()
-        print(f"Airflow UI: http://localhost:{args.port}  (login admin / {PASSWORD})")
-        print(f"Verdicts:   fleetval verdicts --db {db} [--format json]")
+        fleet_page_summary(airflow)
+        print()
+        print(
+            f'Fleet health: http://localhost:{args.port}/plugin/fleet-health  (in the UI: "Fleet health" in'
+        )
+        print(f"              its navigation; the page alone: http://localhost:{args.port}/fleet/)")
+        print(
+            f"Airflow UI:   http://localhost:{args.port}  (login {ADMIN} / {PASSWORD};"
+            f" read-only: {VIEWER} / {VIEWER_PASSWORD})"
+        )
+        print(f"Verdicts:     fleetval verdicts --db {db} [--format json]")
         labels = "fleetval.io/quarantine,fleetval.io/health"
-        print(f"Cluster:    kubectl --kubeconfig {kubeconfig} get nodes -L {labels}")
+        print(f"Cluster:      kubectl --kubeconfig {kubeconfig} get nodes -L {labels}")
         if not args.exit_after_summary:
             print("Serving until Ctrl-C.")
             while True:
@@ -123,6 +137,31 @@ def main() -> int:
         airflow.stop()
         server.stop()
     return 0
+
+
+def fleet_page_summary(airflow: LocalAirflow) -> None:
+    """What the fleet-health page shows now, read through the api-server as the viewer (so the
+    page, its plugin and Airflow's authentication are what the demo ends on)."""
+    request = urllib.request.Request(f"{airflow.base}/fleet/")
+    request.add_header("Authorization", f"Bearer {airflow.token(VIEWER)}")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        page = response.read().decode()
+    totals = re.search(r'<div class="summary" id="totals">(.*?)</div>\s*<h3>', page, re.S)
+    counts = re.findall(
+        r"<b>(\d+)</b><span class=\"badge r-[a-z]+\">([a-z]+)</span>", totals.group(1) if totals else ""
+    )
+    nodes = re.search(r"(\d+) nodes in (\d+) racks", page)
+    print(
+        "== the fleet-health page: "
+        + (f"{nodes.group(1)} nodes in {nodes.group(2)} racks, " if nodes else "")
+        + ", ".join(f"{n} {word}" for n, word in counts if n != "0")
+    )
+    for node, rack, layer, result in re.findall(
+        r'<tr><td class="mono"><a href="[^"]+">([^<]+)</a></td><td class="mono">([^<]*)</td><td>([a-z]+)</td>'
+        r'<td><span class="badge r-[a-z]+">([a-z]+)</span>',
+        page,
+    ):
+        print(f"   needs attention: {node} (rack {rack}) {layer} {result}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import Engine
 
+from fleetval.store import fleet_health as fh
 from fleetval.store.engine import StoreUnavailable, StoreUrlError, make_engine, outage_as_error
 
 from . import pages
@@ -31,6 +32,12 @@ READ_METHODS: Final = frozenset({"GET", "HEAD"})
 @functools.cache
 def _engine_for(url: str) -> Engine:
     return make_engine(url, pool_size=4, max_overflow=4) if url.startswith("postgres") else make_engine(url)
+
+
+@functools.cache
+def cells_for(engine: Engine) -> fh.FleetCells:
+    """One incremental heatmap/coverage state per store for this process (fleet_health.FleetCells)."""
+    return fh.FleetCells(engine)
 
 
 def engine_from_connection() -> Engine:
@@ -72,7 +79,10 @@ def create_app(engine: Callable[[], Engine] = engine_from_connection) -> FastAPI
         problems: bool = False,
     ) -> Response:
         return page(
-            request, lambda e, b: pages.fleet(e, base=b, layer=layer, page=page_no, problems=problems)
+            request,
+            lambda e, b: pages.fleet(
+                e, base=b, layer=layer, page=page_no, problems=problems, cache=cells_for(e)
+            ),
         )
 
     @app.get("/node", response_class=HTMLResponse)
@@ -101,7 +111,7 @@ def create_app(engine: Callable[[], Engine] = engine_from_connection) -> FastAPI
 
     @app.get("/coverage", response_class=HTMLResponse)
     def coverage(request: Request, page_no: Annotated[int, Query(alias="page", ge=1)] = 1) -> Response:
-        return page(request, lambda e, b: pages.coverage(e, base=b, page=page_no))
+        return page(request, lambda e, b: pages.coverage(e, base=b, page=page_no, cache=cells_for(e)))
 
     @app.get("/criteria", response_class=HTMLResponse)
     def criteria(request: Request) -> Response:

@@ -101,8 +101,10 @@ def fleet(
     page: int = 1,
     problems: bool = False,
     horizon_days: int = fh.DEFAULT_HORIZON_DAYS,
+    cache: fh.FleetCells | None = None,
 ) -> str:
-    grid = fh.fleet_grid(engine, horizon_days=horizon_days)
+    grid = fh.fleet_grid(engine, horizon_days=horizon_days, cache=cache)
+    horizon_days = cache.horizon_days or horizon_days if cache else horizon_days
     if layer not in grid.layers:
         layer = None
 
@@ -267,8 +269,16 @@ def baselines(engine: Engine, *, base: str) -> str:
 
 
 # --- coverage -------------------------------------------------------------------------------------
-def coverage(engine: Engine, *, base: str, page: int = 1, horizon_days: int = fh.DEFAULT_HORIZON_DAYS) -> str:
-    cov = fh.coverage(engine, horizon_days=horizon_days)
+def coverage(
+    engine: Engine,
+    *,
+    base: str,
+    page: int = 1,
+    horizon_days: int = fh.DEFAULT_HORIZON_DAYS,
+    cache: fh.FleetCells | None = None,
+) -> str:
+    cov = fh.coverage(engine, horizon_days=horizon_days, cache=cache)
+    horizon_days = cache.horizon_days or horizon_days if cache else horizon_days
     max_age = int(BY_ID["D-DEV-03"].parameters.get("max_age_days", 7))
     buckets: Counter[str] = Counter()
     rows: list[tuple[float, str, str, dict[str, Any] | None]] = []

@@ -241,3 +241,17 @@ def test_requirements_txt_is_the_run_time_set_pinned_by_the_lock() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert [w for w in wanted if w not in runtime] == []
+
+
+def test_the_fleet_page_plugin_ships_in_the_image_and_every_deployment_loads_it(spec: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    copied = re.search(r"^COPY (?:--\S+ )*plugins (\S+)$", dockerfile, re.M)
+    assert copied is not None, "the Dockerfile does not copy plugins/"
+    folder = copied.group(1)
+    assert re.search(rf"AIRFLOW__CORE__PLUGINS_FOLDER={re.escape(folder)}\b", dockerfile)
+    assert (ROOT / "plugins" / "fleet_health_plugin.py").is_file()
+    assert "fleet_health/" in (ROOT / "plugins" / ".airflowignore").read_text()
+    for name in AIRFLOW_SERVICES:
+        assert spec["services"][name]["environment"]["AIRFLOW__CORE__PLUGINS_FOLDER"] == folder, name
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
+    assert values["config"]["core"]["plugins_folder"] == folder

@@ -329,3 +329,43 @@ def test_kueue_and_onboarding_runs_newest_first_with_their_reports(store: Store)
 
 def test_natural_order_of_racks_and_nodes() -> None:
     assert sorted(["r10-n2", "r2-n10", "r2-n9"], key=fh.natural_key) == ["r2-n9", "r2-n10", "r10-n2"]
+
+
+def test_the_incremental_cells_equal_a_full_recomputation_after_each_change(store: Store) -> None:
+    """FleetCells folds in only the runs judged since its last look; after each kind of write the
+    result is what computing everything again gives."""
+    cache = fh.FleetCells(store.engine)
+
+    def full() -> fh.Cells:
+        return fh.latest_cells(store.engine, from_run=cache.get().from_run)
+
+    def refreshed() -> tuple[fh.Cells, str]:
+        got = cache.get()
+        return got, cache.last_refresh
+
+    first = store.ensure_run("w1", suite="weekly", backend="test")
+    for node in ("a", "b"):
+        store.add_verdicts(first, [v("D-DEV-03", node, "pass")], node=node)
+    got, how = refreshed()
+    assert how == "full" and got == full()
+    got, how = refreshed()
+    assert how in ("cached", "delta") and got == full()
+
+    second = store.ensure_run("w2", suite="weekly", backend="test")  # a new run: b fails
+    store.add_verdicts(second, [v("D-DEV-03", "b", "fail")], node="b")
+    got, how = refreshed()
+    assert how == "delta" and got.cells["b"]["device"].result == "fail"
+    assert got == full()
+
+    # the same run judged again (a retried task upserts in place): b passes after all
+    store.add_verdicts(second, [v("D-DEV-03", "b", "pass")], node="b")
+    got = cache.get()
+    assert got.cells["b"]["device"].result == "pass" and got.r2["b"].result == "pass"
+    assert got == full()
+
+    # an Xid run on a: the device layer's newest run is that one
+    xid = store.ensure_run("x", suite="xid", backend="test")
+    store.add_verdicts(xid, [v("D-DEV-06", "a", "fail")], node="a")
+    got = cache.get()
+    assert got.cells["a"]["device"].run_id == xid and got.r2["a"].run_id == first
+    assert got == full()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,45 +185,169 @@ class FleetGrid:
         return out
 
 
-def latest_cells(engine: Engine, *, from_run: int = 0) -> dict[str, dict[str, Cell]]:
-    """node → layer → Cell over the verdicts of runs with id >= `from_run`. A verdict's node is
-    its `node` column, else its subject (an isolated node's blame has no node column); subjects
-    that are not nodes (pairs, "cluster", scenarios) come back too and are the caller's to drop."""
+@dataclass(frozen=True, slots=True)
+class R2:
+    """A node's newest judged DCGM r2."""
+
+    at: dt.datetime
+    result: str
+    criterion: str
+    run_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cells:
+    """node → layer → Cell, and node → newest r2, over the runs with id >= `from_run`. A verdict's
+    node is its `node` column, else its subject (an isolated node's blame has no node column);
+    subjects that are not nodes (pairs, "cluster", scenarios) are in `cells` too, for the caller
+    to drop."""
+
+    cells: dict[str, dict[str, Cell]]
+    r2: dict[str, R2]
+    from_run: int
+
+
+def _groups(engine: Engine, where: Any) -> list[Any]:
+    """One row per (node, layer, run): its worst severity, newest judgement, verdict count, and
+    its newest r2 (time, severity, criterion) if it holds one."""
     who = func.coalesce(VerdictRow.node, VerdictRow.subject)
-    grouped = (
+    is_r2 = and_(
+        VerdictRow.criterion.in_(R2_CRITERIA), VerdictRow.result != "error", VerdictRow.node.is_not(None)
+    )
+    query = (
         select(
-            who.label("node"),
-            _LAYER_SQL.label("layer"),
+            who,
+            _LAYER_SQL,
             VerdictRow.run_id,
-            func.max(_SEV_SQL).label("sev"),
-            func.max(VerdictRow.judged_at).label("at"),
-            func.count().label("n"),
+            func.max(_SEV_SQL),
+            func.max(VerdictRow.judged_at),
+            func.count(),
+            func.max(case((is_r2, VerdictRow.judged_at))),
+            func.max(case((is_r2, _SEV_SQL))),
+            func.max(case((is_r2, VerdictRow.criterion))),
         )
-        .where(VerdictRow.run_id >= from_run)
+        .where(where)
         .group_by(who, _LAYER_SQL, VerdictRow.run_id)
-        .subquery()
     )
-    newest = func.row_number().over(
-        partition_by=(grouped.c.node, grouped.c.layer),
-        order_by=(grouped.c.at.desc(), grouped.c.run_id.desc()),
-    )
-    ranked = select(grouped, newest.label("rn")).subquery()
-    query = select(
-        ranked.c.node, ranked.c.layer, ranked.c.run_id, ranked.c.sev, ranked.c.at, ranked.c.n
-    ).where(ranked.c.rn == 1)
-    out: dict[str, dict[str, Cell]] = defaultdict(dict)
     with engine.connect() as conn:
-        for node, layer, run_id, sev, at, n in conn.execute(query):
-            out[node][layer] = Cell(result_of(int(sev)), int(run_id), _aware(at), int(n))
-    return dict(out)
+        return list(conn.execute(query))
+
+
+def _newer(at: dt.datetime | None, run_id: int, than: Cell) -> bool:
+    epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
+    return (at or epoch, run_id) > (than.at or epoch, than.run_id)
+
+
+def _merge(
+    cells: dict[str, dict[str, Cell]], r2: dict[str, R2], rows: Iterable[Any], *, rerun: frozenset[int]
+) -> None:
+    """Fold group rows in: a newer run's group replaces a cell; a group of a run in `rerun`
+    (recomputed whole) replaces that run's cell, whatever it said before."""
+    for node, layer, run_id, sev, at, n, r2_at, r2_sev, r2_criterion in rows:
+        run_id, at = int(run_id), _aware(at)
+        cell = Cell(result_of(int(sev)), run_id, at, int(n))
+        by_layer = cells.setdefault(node, {})
+        old = by_layer.get(layer)
+        if old is None or (old.run_id == run_id and run_id in rerun) or _newer(at, run_id, old):
+            by_layer[layer] = cell
+        if r2_at is not None:
+            r2_time: dt.datetime = _aware(r2_at) or r2_at
+            seen = r2.get(node)
+            if seen is None or seen.run_id == run_id or (r2_time, run_id) > (seen.at, seen.run_id):
+                r2[node] = R2(r2_time, result_of(int(r2_sev)), str(r2_criterion), run_id)
+
+
+def latest_cells(engine: Engine, *, from_run: int = 0) -> Cells:
+    """The cells and r2s over the verdicts of runs with id >= `from_run`, computed whole."""
+    cells: dict[str, dict[str, Cell]] = {}
+    r2: dict[str, R2] = {}
+    _merge(cells, r2, _groups(engine, VerdictRow.run_id >= from_run), rerun=frozenset())
+    return Cells(cells, r2, from_run)
+
+
+class FleetCells:
+    """`latest_cells` kept up to date between page loads, so a load costs what changed since the
+    last one, not the fleet's history: each refresh asks which runs have verdicts judged since
+    the newest it saw (the `judged_at` index; with a margin for transactions that committed
+    late) and recomputes those runs whole (an index range each), merging them in. A run leaving
+    the horizon, or `full_every`, recomputes everything. Thread-safe; one per store."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        horizon_days: int | None = DEFAULT_HORIZON_DAYS,
+        full_every: dt.timedelta = dt.timedelta(minutes=15),
+        margin: dt.timedelta = dt.timedelta(minutes=10),
+    ) -> None:
+        self.engine = engine
+        self.horizon_days = horizon_days
+        self.full_every = full_every
+        self.margin = margin
+        self._lock = threading.Lock()
+        self._state: Cells | None = None
+        self._mark: dt.datetime | None = None  # the newest judged_at seen
+        self._full_at = 0.0
+        self.last_refresh = "none"  # full, delta or cached: what the last call did
+
+    def get(self, now: dt.datetime | None = None) -> Cells:
+        with self._lock:
+            from_run = first_run_since(self.engine, _since(self.horizon_days, now))
+            mark = self._newest_judgement()
+            state = self._state
+            if (
+                state is None
+                or state.from_run != from_run
+                or (mark is not None and self._mark is not None and mark < self._mark)  # a store reset
+                or time.monotonic() - self._full_at > self.full_every.total_seconds()
+            ):
+                self._state = latest_cells(self.engine, from_run=from_run)
+                self._full_at = time.monotonic()
+                self.last_refresh = "full"
+            elif mark is not None and (self._mark is None or mark > self._mark - self.margin):
+                touched = self._runs_judged_since((self._mark or mark) - self.margin, from_run)
+                if touched:
+                    cells = {n: dict(c) for n, c in state.cells.items()}
+                    r2 = dict(state.r2)
+                    _merge(
+                        cells,
+                        r2,
+                        _groups(self.engine, VerdictRow.run_id.in_(touched)),
+                        rerun=frozenset(touched),
+                    )
+                    self._state = Cells(cells, r2, from_run)
+                    self.last_refresh = "delta"
+                else:
+                    self.last_refresh = "cached"
+            else:
+                self.last_refresh = "cached"
+            self._mark = mark
+            assert self._state is not None
+            return self._state
+
+    def _newest_judgement(self) -> dt.datetime | None:
+        with self.engine.connect() as conn:
+            return _aware(conn.execute(select(func.max(VerdictRow.judged_at))).scalar())
+
+    def _runs_judged_since(self, since: dt.datetime, from_run: int) -> list[int]:
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(VerdictRow.run_id).where(VerdictRow.judged_at > since).distinct()
+            ).scalars()
+            return sorted(int(r) for r in found if int(r) >= from_run)
 
 
 def fleet_grid(
-    engine: Engine, *, horizon_days: int | None = DEFAULT_HORIZON_DAYS, now: dt.datetime | None = None
+    engine: Engine,
+    *,
+    horizon_days: int | None = DEFAULT_HORIZON_DAYS,
+    now: dt.datetime | None = None,
+    cache: FleetCells | None = None,
 ) -> FleetGrid:
-    """The inventory and each node's latest verdict per node layer within the horizon."""
-    since = _since(horizon_days, now)
-    cells = latest_cells(engine, from_run=first_run_since(engine, since))
+    """The inventory and each node's latest verdict per node layer within the horizon (through
+    `cache` when given: its horizon applies)."""
+    since = _since(cache.horizon_days if cache else horizon_days, now)
+    cells = (cache.get(now) if cache else latest_cells(engine, from_run=first_run_since(engine, since))).cells
     inv = inventory(engine)
     if not inv.rack_of:  # no weekly plan yet: the nodes the verdicts name
         inv = inventory(engine, extra_nodes=_node_column_values(engine))
@@ -557,40 +683,22 @@ class Coverage:
 
 
 def coverage(
-    engine: Engine, *, horizon_days: int | None = DEFAULT_HORIZON_DAYS, now: dt.datetime | None = None
+    engine: Engine,
+    *,
+    horizon_days: int | None = DEFAULT_HORIZON_DAYS,
+    now: dt.datetime | None = None,
+    cache: FleetCells | None = None,
 ) -> Coverage:
     """Each inventory node's newest r2 (D-DEV-01/D-DEV-03 on the node; an `error` is a harness
     failure, not an r2) within the horizon; the rest, whether they ever had one."""
     as_of = now or dt.datetime.now(dt.UTC)
-    since = _since(horizon_days, as_of)
-    from_run = first_run_since(engine, since)
-    newest = func.row_number().over(
-        partition_by=VerdictRow.node, order_by=(VerdictRow.judged_at.desc(), VerdictRow.id.desc())
-    )
-    ranked = (
-        select(
-            VerdictRow.node,
-            VerdictRow.judged_at,
-            VerdictRow.result,
-            VerdictRow.criterion,
-            newest.label("rn"),
-        )
-        .where(
-            VerdictRow.run_id >= from_run,
-            VerdictRow.criterion.in_(R2_CRITERIA),
-            VerdictRow.node.is_not(None),
-            VerdictRow.result != "error",
-        )
-        .subquery()
-    )
-    last: dict[str, dict[str, Any]] = {}
-    with engine.connect() as conn:
-        for node, at, result, criterion in conn.execute(
-            select(ranked.c.node, ranked.c.judged_at, ranked.c.result, ranked.c.criterion).where(
-                ranked.c.rn == 1
-            )
-        ):
-            last[node] = {"at": _aware(at), "result": result, "criterion": criterion}
+    since = _since(cache.horizon_days if cache else horizon_days, as_of)
+    state = cache.get(now) if cache else latest_cells(engine, from_run=first_run_since(engine, since))
+    from_run = state.from_run
+    last = {
+        node: {"at": r.at, "result": r.result, "criterion": r.criterion, "run_id": r.run_id}
+        for node, r in state.r2.items()
+    }
     inv = inventory(engine)
     if not inv.rack_of:
         inv = inventory(engine, extra_nodes=last)
