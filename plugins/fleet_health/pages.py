@@ -114,10 +114,11 @@ def fleet(
         cell = grid.cells.get(node, {}).get(layer)
         return cell.result if cell else "untested"
 
-    racks = grid.inventory.racks()
+    racks = grid.inventory.by_rack
+    state_of = {node: state(node) for node in grid.inventory.rack_of}
     rows: list[dict[str, Any]] = []
     for rack, nodes in racks.items():
-        states = [(n, state(n)) for n in nodes]
+        states = [(n, state_of[n]) for n in nodes]
         bad = sum(1 for _, s in states if s != "pass")
         if problems and not bad:
             continue
@@ -140,7 +141,7 @@ def fleet(
             if lay in grid.layers and fh.SEVERITY[cell.result] >= fh.SEVERITY["fail"]:
                 attention.append((node, grid.inventory.rack_of.get(node, ""), lay, cell))
     attention.sort(key=lambda a: (-fh.SEVERITY[a[3].result], -(a[3].at.timestamp() if a[3].at else 0)))
-    totals = Counter(state(n) for n in grid.inventory.rack_of)
+    totals = Counter(state_of.values())
     return _render(
         "fleet.html",
         base=base,

@@ -14,6 +14,7 @@ the cluster reported then, swept or not — plus every node a verdict or node ev
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import threading
 import time
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sqlalchemy import Engine, and_, case, func, or_, select
+from sqlalchemy import JSON, Engine, and_, case, func, or_, select, type_coerce
 
 from fleetval.criteria import BY_ID, CRITERIA, IMPLEMENTED_BY
 from fleetval.records import Result
@@ -83,11 +84,15 @@ def first_run_since(engine: Engine, since: dt.datetime | None) -> int:
 
 
 # --- inventory ----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Inventory:
     rack_of: dict[str, str]
     skipped: dict[str, str]  # node → why the newest weekly sweep did not probe it
     source: dict[str, Any] | None  # the weekly run the plan came from (id, run_key, started_at)
+
+    @functools.cached_property
+    def by_rack(self) -> dict[str, list[str]]:
+        return self.racks()
 
     def racks(self) -> dict[str, list[str]]:
         by_rack: dict[str, list[str]] = defaultdict(list)
@@ -208,27 +213,53 @@ class Cells:
 
 
 def _groups(engine: Engine, where: Any) -> list[Any]:
-    """One row per (node, layer, run): its worst severity, newest judgement, verdict count, and
-    its newest r2 (time, severity, criterion) if it holds one."""
+    """Per (node, layer), the newest (node, layer, run) group of the runs `where` selects — its
+    worst severity, newest judgement, verdict count — and per node the group holding its newest
+    r2 (time, severity, criterion). Ranked in the database: a row per cell, not per run."""
     who = func.coalesce(VerdictRow.node, VerdictRow.subject)
     is_r2 = and_(
         VerdictRow.criterion.in_(R2_CRITERIA), VerdictRow.result != "error", VerdictRow.node.is_not(None)
     )
-    query = (
+    grouped = (
         select(
-            who,
-            _LAYER_SQL,
-            VerdictRow.run_id,
-            func.max(_SEV_SQL),
-            func.max(VerdictRow.judged_at),
-            func.count(),
-            func.max(case((is_r2, VerdictRow.judged_at))),
-            func.max(case((is_r2, _SEV_SQL))),
-            func.max(case((is_r2, VerdictRow.criterion))),
+            who.label("node"),
+            _LAYER_SQL.label("layer"),
+            VerdictRow.run_id.label("run_id"),
+            func.max(_SEV_SQL).label("sev"),
+            func.max(VerdictRow.judged_at).label("at"),
+            func.count().label("n"),
+            func.max(case((is_r2, VerdictRow.judged_at))).label("r2_at"),
+            func.max(case((is_r2, _SEV_SQL))).label("r2_sev"),
+            func.max(case((is_r2, VerdictRow.criterion))).label("r2_criterion"),
         )
         .where(where)
         .group_by(who, _LAYER_SQL, VerdictRow.run_id)
+        .subquery()
     )
+    g = grouped.c
+    ranked = select(
+        grouped,
+        func.row_number()
+        .over(partition_by=(g.node, g.layer), order_by=(g.at.desc(), g.run_id.desc()))
+        .label("cell_rank"),
+        func.row_number()
+        .over(partition_by=g.node, order_by=(g.r2_at.desc().nulls_last(), g.run_id.desc()))
+        .label("r2_rank"),
+    ).subquery()
+    r = ranked.c
+    query = select(
+        r.node,
+        r.layer,
+        r.run_id,
+        r.sev,
+        r.at,
+        r.n,
+        r.r2_at,
+        r.r2_sev,
+        r.r2_criterion,
+        r.cell_rank == 1,
+        r.r2_rank == 1,
+    ).where(or_(r.cell_rank == 1, and_(r.r2_rank == 1, r.r2_at.is_not(None))))
     with engine.connect() as conn:
         return list(conn.execute(query))
 
@@ -241,20 +272,20 @@ def _newer(at: dt.datetime | None, run_id: int, than: Cell) -> bool:
 def _merge(
     cells: dict[str, dict[str, Cell]], r2: dict[str, R2], rows: Iterable[Any], *, rerun: frozenset[int]
 ) -> None:
-    """Fold group rows in: a newer run's group replaces a cell; a group of a run in `rerun`
+    """Fold `_groups` rows in: a newer run's group replaces a cell; a group of a run in `rerun`
     (recomputed whole) replaces that run's cell, whatever it said before."""
-    for node, layer, run_id, sev, at, n, r2_at, r2_sev, r2_criterion in rows:
+    for node, layer, run_id, sev, at, n, r2_at, r2_sev, r2_criterion, is_cell, is_r2 in rows:
         run_id, at = int(run_id), _aware(at)
-        cell = Cell(result_of(int(sev)), run_id, at, int(n))
-        by_layer = cells.setdefault(node, {})
-        old = by_layer.get(layer)
-        if old is None or (old.run_id == run_id and run_id in rerun) or _newer(at, run_id, old):
-            by_layer[layer] = cell
-        if r2_at is not None:
+        if is_cell:
+            by_layer = cells.setdefault(node, {})
+            old = by_layer.get(layer)
+            if old is None or old.run_id in rerun or _newer(at, run_id, old):
+                by_layer[layer] = Cell(RESULTS[int(sev)], run_id, at, int(n))
+        if is_r2 and r2_at is not None:
             r2_time: dt.datetime = _aware(r2_at) or r2_at
             seen = r2.get(node)
-            if seen is None or seen.run_id == run_id or (r2_time, run_id) > (seen.at, seen.run_id):
-                r2[node] = R2(r2_time, result_of(int(r2_sev)), str(r2_criterion), run_id)
+            if seen is None or seen.run_id in rerun or (r2_time, run_id) > (seen.at, seen.run_id):
+                r2[node] = R2(r2_time, RESULTS[int(r2_sev)], str(r2_criterion), run_id)
 
 
 def latest_cells(engine: Engine, *, from_run: int = 0) -> Cells:
@@ -269,15 +300,16 @@ class FleetCells:
     """`latest_cells` kept up to date between page loads, so a load costs what changed since the
     last one, not the fleet's history: each refresh asks which runs have verdicts judged since
     the newest it saw (the `judged_at` index; with a margin for transactions that committed
-    late) and recomputes those runs whole (an index range each), merging them in. A run leaving
-    the horizon, or `full_every`, recomputes everything. Thread-safe; one per store."""
+    late) and recomputes those runs whole (an index range each), merging them in. Runs leaving
+    the horizon drop their cells; a store reset (its newest judgement older than seen) and
+    `full_every` recompute everything. Thread-safe; one per store and process."""
 
     def __init__(
         self,
         engine: Engine,
         *,
         horizon_days: int | None = DEFAULT_HORIZON_DAYS,
-        full_every: dt.timedelta = dt.timedelta(minutes=15),
+        full_every: dt.timedelta = dt.timedelta(hours=6),
         margin: dt.timedelta = dt.timedelta(minutes=10),
     ) -> None:
         self.engine = engine
@@ -287,14 +319,29 @@ class FleetCells:
         self._lock = threading.Lock()
         self._state: Cells | None = None
         self._mark: dt.datetime | None = None  # the newest judged_at seen
+        self._recent = 0  # verdicts judged within the margin before it
+        self._inventory: tuple[int, Inventory] | None = None
         self._full_at = 0.0
         self.last_refresh = "none"  # full, delta or cached: what the last call did
 
     def get(self, now: dt.datetime | None = None) -> Cells:
         with self._lock:
             from_run = first_run_since(self.engine, _since(self.horizon_days, now))
-            mark = self._newest_judgement()
+            mark, recent = self._fingerprint()
             state = self._state
+            if state is not None and from_run > state.from_run:
+                # Runs left the horizon: their cells go (a node whose newest verdict in a layer
+                # is older than the horizon is untested there); no recomputation needed.
+                state = Cells(
+                    {
+                        node: kept
+                        for node, by_layer in state.cells.items()
+                        if (kept := {k: c for k, c in by_layer.items() if c.run_id >= from_run})
+                    },
+                    {node: r for node, r in state.r2.items() if r.run_id >= from_run},
+                    from_run,
+                )
+                self._state = state
             if (
                 state is None
                 or state.from_run != from_run
@@ -304,30 +351,48 @@ class FleetCells:
                 self._state = latest_cells(self.engine, from_run=from_run)
                 self._full_at = time.monotonic()
                 self.last_refresh = "full"
-            elif mark is not None and (self._mark is None or mark > self._mark - self.margin):
-                touched = self._runs_judged_since((self._mark or mark) - self.margin, from_run)
+            elif (mark, recent) != (self._mark, self._recent) and mark is not None:
+                # Something was judged (or judged again) since the last look: the runs judged
+                # within the margin before the newest judgement seen then are recomputed whole.
+                since = min(mark, self._mark or mark) - self.margin
+                touched = self._runs_judged_since(since, from_run)
+                cells = {n: dict(c) for n, c in state.cells.items()}
+                r2 = dict(state.r2)
                 if touched:
-                    cells = {n: dict(c) for n, c in state.cells.items()}
-                    r2 = dict(state.r2)
-                    _merge(
-                        cells,
-                        r2,
-                        _groups(self.engine, VerdictRow.run_id.in_(touched)),
-                        rerun=frozenset(touched),
-                    )
-                    self._state = Cells(cells, r2, from_run)
-                    self.last_refresh = "delta"
-                else:
-                    self.last_refresh = "cached"
+                    rows = _groups(self.engine, VerdictRow.run_id.in_(touched))
+                    _merge(cells, r2, rows, rerun=frozenset(touched))
+                self._state = Cells(cells, r2, from_run)
+                self.last_refresh = "delta"
             else:
                 self.last_refresh = "cached"
-            self._mark = mark
+            self._mark, self._recent = mark, recent
             assert self._state is not None
             return self._state
 
-    def _newest_judgement(self) -> dt.datetime | None:
+    def inventory(self) -> Inventory:
+        """`inventory(engine)`, kept while the newest weekly run is the same and had its plan."""
         with self.engine.connect() as conn:
-            return _aware(conn.execute(select(func.max(VerdictRow.judged_at))).scalar())
+            newest = conn.execute(select(func.max(Run.id)).where(Run.suite == WEEKLY_SUITE)).scalar()
+        cached = self._inventory
+        if cached is not None and cached[0] == newest and newest is not None:
+            return cached[1]
+        inv = inventory(self.engine)
+        fresh = inv.source is not None and inv.source["run_id"] == newest
+        self._inventory = (newest, inv) if fresh else None
+        return inv
+
+    def _fingerprint(self) -> tuple[dt.datetime | None, int]:
+        """The newest judgement, and how many verdicts were judged within the margin before it:
+        a new verdict, one judged again (its judged_at moves) or one committed late changes it.
+        Two lookups on the judged_at index."""
+        with self.engine.connect() as conn:
+            mark = _aware(conn.execute(select(func.max(VerdictRow.judged_at))).scalar())
+            if mark is None:
+                return None, 0
+            recent = conn.execute(
+                select(func.count()).where(VerdictRow.judged_at > mark - self.margin)
+            ).scalar_one()
+        return mark, int(recent)
 
     def _runs_judged_since(self, since: dt.datetime, from_run: int) -> list[int]:
         with self.engine.connect() as conn:
@@ -348,7 +413,7 @@ def fleet_grid(
     `cache` when given: its horizon applies)."""
     since = _since(cache.horizon_days if cache else horizon_days, now)
     cells = (cache.get(now) if cache else latest_cells(engine, from_run=first_run_since(engine, since))).cells
-    inv = inventory(engine)
+    inv = cache.inventory() if cache else inventory(engine)
     if not inv.rack_of:  # no weekly plan yet: the nodes the verdicts name
         inv = inventory(engine, extra_nodes=_node_column_values(engine))
     known = inv.rack_of.keys()
@@ -503,7 +568,13 @@ def nccl_subjects(engine: Engine, *, profile: str, scope: str, limit: int = 200)
         if run is None:
             return {"run": None, "criterion": criterion, "subjects": [], "total": 0}
         rows = conn.execute(
-            select(VerdictRow.subject, VerdictRow.result, VerdictRow.reason, VerdictRow.judged_against)
+            select(
+                VerdictRow.subject,
+                VerdictRow.result,
+                VerdictRow.reason,
+                # read as plain JSON: only its profile and scope strings are compared
+                type_coerce(VerdictRow.judged_against, JSON),
+            )
             .where(VerdictRow.run_id == run.id, VerdictRow.criterion == criterion)
             .order_by(_SEV_SQL.desc(), VerdictRow.subject)
         )
@@ -699,7 +770,7 @@ def coverage(
         node: {"at": r.at, "result": r.result, "criterion": r.criterion, "run_id": r.run_id}
         for node, r in state.r2.items()
     }
-    inv = inventory(engine)
+    inv = cache.inventory() if cache else inventory(engine)
     if not inv.rack_of:
         inv = inventory(engine, extra_nodes=last)
     untested = sorted(set(inv.rack_of) - last.keys(), key=natural_key)
