@@ -90,7 +90,10 @@ TOP_KEYS: Final = frozenset({"name", "seed", "profiles", "racks", "faults"})
 RACK_KEYS: Final = frozenset({"name", "profile", "nodes"})
 # What a profile may say; the simulator reads the optional ones from the spec's raw mapping.
 PROFILE_REQUIRED: Final = frozenset({"gpu_product", "gpus", "intra_busbw_gbps", "inter_busbw_gbps", "fabric"})
-PROFILE_OPTIONAL: Final = frozenset({"driver_version", "dcgm_major", "nccl_version"})
+PROFILE_OPTIONAL: Final = frozenset(
+    {"driver_version", "dcgm_major", "nccl_version", "mig_strategy", "mig_config"}
+)
+MIG_STRATEGIES: Final = frozenset({"single", "mixed"})  # the GPU Operator's mig.strategy for the pool
 # A Kubernetes label value (fleet, profile and product names, versions end up in labels) and a
 # DNS label (a rack's name starts its nodes' names).
 LABEL_VALUE: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -385,6 +388,13 @@ def _profiles(data: Any) -> dict[str, Profile]:
             _int(p["dcgm_major"], f"{where}.dcgm_major", 1, 99)
         if "nccl_version" in p:
             _label_value(p["nccl_version"], f"{where}.nccl_version")
+        if "mig_strategy" in p and p["mig_strategy"] not in MIG_STRATEGIES:
+            raise SpecError(
+                f"fleet spec: {where}.mig_strategy: must be one of {sorted(MIG_STRATEGIES)}, "
+                f"got {_show(p['mig_strategy'])}"
+            )
+        if "mig_config" in p:  # the nvidia.com/mig.config label the pool starts with
+            _label_value(p["mig_config"], f"{where}.mig_config")
         out[name] = Profile(
             name=name,
             gpu_product=_label_value(_req(p, "gpu_product", where), f"{where}.gpu_product"),

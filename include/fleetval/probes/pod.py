@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from kubernetes.client import models as k8s
 
-from fleetval.nodes import MAINTENANCE_TAINT
+from fleetval.nodes import MAINTENANCE_TAINT, ONBOARDING_TAINT
 
 NAMESPACE: Final = "fleetval"
 PROBE_LABEL: Final = "fleetval.io/probe"
@@ -40,6 +40,7 @@ class ProbeSpec:
     claim: str | None = (
         None  # a PersistentVolumeClaim mounted at CLAIM_MOUNT (the checkpoint drill's storage)
     )
+    gpu_resource: str = "nvidia.com/gpu"  # what `gpus` counts: a MIG probe asks for nvidia.com/mig-<profile>
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class ProbeSpec:
             "capabilities": list(self.capabilities),
             "shm_size": self.shm_size,
             "claim": self.claim,
+            **({"gpu_resource": self.gpu_resource} if self.gpu_resource != "nvidia.com/gpu" else {}),
         }
 
     @classmethod
@@ -76,6 +78,7 @@ class ProbeSpec:
             capabilities=tuple(data.get("capabilities") or ()),
             shm_size=data.get("shm_size"),
             claim=data.get("claim"),
+            gpu_resource=str(data.get("gpu_resource") or "nvidia.com/gpu"),
         )
 
 
@@ -91,7 +94,8 @@ def probe_label(probe_key: str) -> str:
 
 def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
     """KubernetesPodOperator arguments for one probe: pinned to its node, its GPUs, tolerating
-    our own maintenance taint (a cordoned node under diagnosis must still run the probe).
+    our own maintenance and onboarding taints (a cordoned node under diagnosis, a new node not yet
+    in service, must still run the probe).
 
     Successful pods are deleted; failed ones are kept for forensics (the operator subclass deletes
     a pod that never started, so a Pending probe cannot run later on a node back in service)."""
@@ -129,13 +133,15 @@ def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
         "node_selector": {"kubernetes.io/hostname": spec.node},
         # A probe of no GPUs requests none at all (D-OP-03's pod must be one that asked for no GPU).
         "container_resources": k8s.V1ResourceRequirements(
-            limits={"nvidia.com/gpu": str(spec.gpus)}, requests={"nvidia.com/gpu": str(spec.gpus), "cpu": "1"}
+            limits={spec.gpu_resource: str(spec.gpus)},
+            requests={spec.gpu_resource: str(spec.gpus), "cpu": "1"},
         )
         if spec.gpus
         else k8s.V1ResourceRequirements(requests={"cpu": "100m"}),
         "tolerations": [
             k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
             k8s.V1Toleration(key=MAINTENANCE_TAINT, operator="Exists"),
+            k8s.V1Toleration(key=ONBOARDING_TAINT, operator="Exists"),  # a node is probed before it serves
             k8s.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists", effect="NoSchedule"),
         ],
         "volumes": volumes,

@@ -92,6 +92,8 @@ from fleetval.dcgm.simulated import DCGM_VERSIONS, DcgmFault, render_dcgm
 from fleetval.errors import ParseError, SpecError
 from fleetval.fleet.gpus import gpu_uuid
 from fleetval.fleet.spec import FleetSpec
+from fleetval.mig import simulated as mig_sim
+from fleetval.mig.isolation import FILL_SCRIPT, PROBE_IMAGE, WORKLOAD_SCRIPT
 from fleetval.nccl.parser import normalize_collective, parse_nccl
 from fleetval.nccl.probe import NCCL_TESTS_IMAGE
 from fleetval.nccl.simulated import mpirun_abort_lines
@@ -263,6 +265,32 @@ def _nccl_tests_image() -> Image:
     )
 
 
+def _pytorch_image() -> Image:
+    """NGC's PyTorch image (the MIG isolation probes'): Ubuntu 24.04 (bash 5.2), `python3` with
+    PyTorch, the CUDA images' entrypoint and ENV."""
+    files = _ubuntu_files()
+    files.update(
+        {
+            "/usr/bin/python3": "python",
+            "/usr/bin/python": "python",
+            "/usr/local/cuda/bin/nvcc": "other",
+            "/opt/nvidia/nvidia_entrypoint.sh": "nvidia-entrypoint",
+        }
+    )
+    return Image(
+        ref=normalize_image(PROBE_IMAGE),
+        files=files,
+        env={
+            "PATH": _CUDA_PATH,
+            "NVIDIA_VISIBLE_DEVICES": "all",
+            "NVIDIA_DRIVER_CAPABILITIES": "compute,utility,video",
+        },
+        entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",),
+        workdir="/workspace",
+        bash_version=(5, 2),
+    )
+
+
 def _ubuntu_image(tag: str, bash_version: tuple[int, int]) -> Image:
     return Image(
         ref=normalize_image(f"ubuntu:{tag}"),
@@ -309,6 +337,7 @@ def _catalog() -> dict[str, Image]:
     images = [
         _dcgm_image(),
         _nccl_tests_image(),
+        _pytorch_image(),
         _ubuntu_image("22.04", (5, 1)),
         _ubuntu_image("20.04", (5, 0)),
         _busybox_image("1.36"),
@@ -337,6 +366,8 @@ class ContainerContext:
     peers: tuple[tuple[str, tuple[int, ...]], ...] = ()  # mpirun in an MPIJob launcher: workers
     shm_bytes: int | None = None  # size of /dev/shm (None = the 64 MiB default)
     driver_version: str = ""  # the node's loaded driver ("" = its profile's; a driver upgrade changes it)
+    mig: mig_sim.MigView | None = None  # the MIG devices the device plugin gave it (mig_manager)
+    started_at: float | None = None  # when it started (the date nvidia-smi prints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,11 +526,13 @@ class _Proc:
         self.fleet = fleet
         self.files = dict(image.files)
         self.files.update(dict.fromkeys((f"/dev/{name}" for name in _DEV_ENTRIES), "device"))
-        if ctx.gpu_indices:
+        parents = sorted({d.instance.gpu for d in ctx.mig.devices}) if ctx.mig else []
+        if ctx.gpu_indices or parents:
             # The NVIDIA container toolkit mounts the driver's utilities and the GPUs' device
-            # nodes into GPU containers (device nodes keep the host's minor numbers).
+            # nodes into GPU containers (device nodes keep the host's minor numbers; a MIG
+            # container gets its parent GPU's).
             self.files["/usr/bin/nvidia-smi"] = "nvidia-smi"
-            nvidia = [*(f"nvidia{i}" for i in ctx.gpu_indices), *_NVIDIA_CONTROL_DEVICES]
+            nvidia = [*(f"nvidia{i}" for i in (ctx.gpu_indices or parents)), *_NVIDIA_CONTROL_DEVICES]
             self.files.update(dict.fromkeys((f"/dev/{name}" for name in nvidia), "device"))
         self.log: list[str] = []
         self.elapsed = 0.0
@@ -640,8 +673,56 @@ def _run_sshd(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> i
     raise _Forever()
 
 
+def _mig_visible(view: mig_sim.MigView) -> list[mig_sim.MigDeviceUse]:
+    """The MIG devices a container sees: its own, or with `sees_all` every one of its GPUs."""
+    own = list(view.devices)
+    if view.spilled_mib and own:
+        first = own[0]
+        own[0] = mig_sim.MigDeviceUse(
+            first.instance, first.attrs, first.used_mib + view.spilled_mib, first.parent_uuid
+        )
+    seen = own + (list(view.neighbours) if view.sees_all else [])
+    return sorted(seen, key=lambda d: (d.instance.gpu, d.instance.gi))
+
+
+def _nvidia_smi_mig(proc: _Proc, view: mig_sim.MigView, argv: list[str]) -> str:
+    """`nvidia-smi -L` and `nvidia-smi` in a container given MIG devices: its parent GPUs numbered
+    from 0, each with the MIG devices it sees numbered from 0 in GI order."""
+    visible = _mig_visible(view)
+    parents = sorted({d.instance.gpu for d in visible})
+    proc.elapsed += 0.5
+    if argv[1:] in (["-L"], ["--list-gpus"]):
+        lines = []
+        for index, physical in enumerate(parents):
+            mine = [d for d in visible if d.instance.gpu == physical]
+            lines.append(mig_sim.list_line(index, view.gpu_name, mine[0].parent_uuid))
+            lines += [
+                mig_sim.mig_list_line(d.instance.profile, dev, d.instance.uuid) for dev, d in enumerate(mine)
+            ]
+        return "".join(lines)
+    if argv[1:]:
+        raise _Unsupported(
+            f"unsupported command: {' '.join(argv)} (nvidia-smi -L and nvidia-smi are simulated)"
+        )
+    gpus, devices = [], []
+    for index, physical in enumerate(parents):
+        mine = [d for d in visible if d.instance.gpu == physical]
+        bus = f"00000000:{0x18 + 0x10 * physical:02X}:00.0"
+        used = sum(d.used_mib for d in mine)
+        gpus.append(mig_sim.SmiGpuRow(index, view.gpu_name, bus, True, used, view.full_memory_mib))
+        devices += [
+            mig_sim.SmiDeviceRow(index, d.instance.gi, 0, dev, d.used_mib, d.attrs)
+            for dev, d in enumerate(mine)
+        ]
+    driver = proc.ctx.driver_version or proc.fleet.profile_of(proc.ctx.node).driver_version
+    return mig_sim.render_smi(driver=driver, gpus=gpus, devices=devices, when=proc.ctx.started_at)
+
+
 def _run_nvidia_smi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
-    """`nvidia-smi -L`: the container's GPUs, numbered from 0, with their UUIDs."""
+    """`nvidia-smi -L`: the container's GPUs, numbered from 0, with their UUIDs (MIG devices too)."""
+    if proc.ctx.mig is not None:
+        out.out(_nvidia_smi_mig(proc, proc.ctx.mig, argv))
+        return 0
     if argv[1:] not in (["-L"], ["--list-gpus"]):
         raise _Unsupported(f"unsupported command: {' '.join(argv)} (only nvidia-smi -L is simulated)")
     indices = sorted(proc.ctx.gpu_indices)
@@ -649,6 +730,41 @@ def _run_nvidia_smi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out
     for i, uuid in enumerate(gpu_uuids(proc.fleet, proc.ctx.node, indices)):
         out.out(f"GPU {i}: {name} (UUID: {uuid})\n")
     proc.elapsed += 0.5
+    return 0
+
+
+def _run_python(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
+    """`python3 -c SCRIPT` for the MIG isolation probes' two scripts (fleetval.mig.isolation), on the
+    MIG devices the container was given; any other Python exits 2 (not simulated)."""
+    script = argv[2] if len(argv) >= 3 and argv[1] == "-c" else None
+    view = proc.ctx.mig
+    if script not in (WORKLOAD_SCRIPT, FILL_SCRIPT):
+        raise _Unsupported(
+            f"unsupported command: {argv[0]} (only fleetval's MIG probe scripts are simulated)"
+        )
+    if view is None or not view.devices:
+        raise _Unsupported(f"unsupported command: {argv[0]} -c <MIG probe> without a MIG device")
+    proc.elapsed += 15.0  # the interpreter, PyTorch and a CUDA context
+    if script == FILL_SCRIPT:
+        listing = _nvidia_smi_mig(proc, view, ["nvidia-smi", "-L"])
+        out.out(mig_sim.fill_lines(listing, [(d.instance.uuid, d.attrs.memory_mib) for d in view.devices]))
+        proc.elapsed += 5.0
+        raise _Forever()  # holds the memory until the pod is deleted
+    own = view.devices[0]
+    total = own.attrs.memory_mib
+    free = max(0, total - mig_sim.IDLE_MIB - mig_sim.CONTEXT_MIB - view.spilled_mib)
+    tflops = own.attrs.sm * mig_sim.TFLOPS_PER_SM * (1 + proc.rng.uniform(-0.01, 0.01))
+    out.out(
+        mig_sim.workload_lines(
+            name=view.gpu_name + f" MIG {own.instance.profile}",
+            sm=own.attrs.sm,
+            total_mib=total,
+            free_mib=free,
+            alloc_ok=True,
+            tflops=tflops,
+        )
+    )
+    proc.elapsed += 10.0
     return 0
 
 
@@ -1760,6 +1876,7 @@ _PROGRAMS: Final[dict[str, Program]] = {
     "nvidia-entrypoint": _run_nvidia_entrypoint,
     "sshd": _run_sshd,
     "nvidia-smi": _run_nvidia_smi,
+    "python": _run_python,
     "nv-hostengine": _run_hostengine,
     "dcgmi": _run_dcgmi,
     "nccl-tests": _run_nccl,

@@ -57,7 +57,7 @@ from fleetval.k8s.validation import (
     validate_core,
 )
 from fleetval.sim.images import ContainerContext, ContainerResult, run_container
-from fleetval.sim.kube import gpu_operator, kueue, operands, processes
+from fleetval.sim.kube import gpu_operator, kueue, mig_manager, mig_parted_config, operands, processes
 from fleetval.sim.kube.affinity import has_required_anti_affinity, inter_pod_affinity_reason
 from fleetval.sim.kube.controllers import run_controllers
 from fleetval.sim.kube.jobs import default_job, job_errors
@@ -180,6 +180,8 @@ class SimKubeCluster:
     # it (kept with the node in the store), the upgrade controller's waits, Jobs' start times to
     # the sub-second, and events a controller reports once rather than on every pass.
     node_drivers: dict[str, str] = field(default_factory=dict)
+    node_mig: dict[str, str] = field(default_factory=dict)  # the mig-parted config each node holds
+    mig: Any = None  # the simulated MIG manager's in-memory state (sim/kube/mig_manager.py MigState)
     upgrade_timers: dict[tuple[str, str], float] = field(default_factory=dict)
     job_started: dict[str, float] = field(default_factory=dict)
     _emitted: set[tuple[str, str, str]] = field(default_factory=set)
@@ -211,6 +213,7 @@ class SimKubeCluster:
             for res, namespace, body in [
                 *kueue.bootstrap_objects(self.spec),
                 (by_kind("ClusterPolicy"), "", gpu_operator.cluster_policy(self.spec)),
+                (by_kind("ConfigMap"), operands.NAMESPACE, mig_parted_config.configmap(operands.NAMESPACE)),
             ]:
                 self.insert(res, namespace, body)
             for pod in operands.operand_pods(self.spec):  # stored with their status; never run here
@@ -240,6 +243,8 @@ class SimKubeCluster:
                 self.runs[key] = Run.from_json(sim["run"])
             if sim.get("driver"):
                 self.node_drivers[name] = str(sim["driver"])
+            if sim.get("mig"):
+                self.node_mig[name] = str(sim["mig"])
             if FOREGROUND_FINALIZER in (body["metadata"].get("finalizers") or []):
                 self._foreground.add(key)  # its dependents' deletion goes on
                 self._gc_pending = True
@@ -273,6 +278,8 @@ class SimKubeCluster:
             state["run"] = self.runs[key].to_json()
         if key[0] == "v1/nodes" and key[2] in self.node_drivers:
             state["driver"] = self.node_drivers[key[2]]
+        if key[0] == "v1/nodes" and key[2] in self.node_mig:
+            state["mig"] = self.node_mig[key[2]]
         return state
 
     # --- store primitives (lock held) ---------------------------------------------------------
@@ -967,6 +974,11 @@ class SimKubeCluster:
         self.node_drivers[node] = version
         self._dirty.add(("v1/nodes", "", node))
 
+    def set_node_mig(self, node: str, config: str) -> None:
+        """The mig-parted config `node`'s GPUs now hold (the MIG manager applied it)."""
+        self.node_mig[node] = config
+        self._dirty.add(("v1/nodes", "", node))
+
     def _schedule(self, now: float) -> None:
         nodes = {k[2]: self.objects[k] for k in self._by_resource["v1/nodes"]}
         on_node = self._pods_by_node()
@@ -1122,8 +1134,15 @@ class SimKubeCluster:
         gpus = self._allocate_gpus(
             node, key, int(scheduling.parse_quantity(_requests(container).get(GPU, "0")))
         )
+        mig_view = mig_manager.container_view(self, node, key, container, self._active)
+        if mig_view is not None:
+            gpus = []  # MIG devices, not whole GPUs
         visible = gpus
-        if not gpus and any(f.kind == "op.isolation_leak" for f in self.spec.faults_on(node)):
+        if (
+            not gpus
+            and mig_view is None
+            and any(f.kind == "op.isolation_leak" for f in self.spec.faults_on(node))
+        ):
             # A runtime that honours the image's NVIDIA_VISIBLE_DEVICES=all for a pod that asked
             # for no GPU (the toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged).
             visible = list(range(self.spec.profile_of(node).gpus))
@@ -1135,11 +1154,14 @@ class SimKubeCluster:
             peers=self._peers(pod),
             shm_bytes=_shm_bytes(pod, container),
             driver_version=self.node_driver(node),
+            mig=mig_view,
+            started_at=now,
         )
         # A JSON null in a string list decodes to "" on a real server.
         command = ["" if a is None else str(a) for a in container.get("command") or []]
         args = ["" if a is None else str(a) for a in container.get("args") or []]
         image = str(container.get("image", ""))
+        mig_manager.container_started(self, key, command, args)
         if processes.runs_as_process(image):
             self.runs[key] = self._start_process(key, pod, container, command, args, node, gpus, now)
         else:

@@ -1,8 +1,9 @@
 """The controllers of the simulated cluster besides the scheduler and the kubelets, run on every
 reconcile (the lock held) in the order a change flows through them: Kueue admits a queued pod,
 pod group or job (`kueue`), the mpi-operator turns an MPIJob into worker pods and a launcher Job
-(`mpi_operator`), the Job controller turns a Job into its pod (`jobs`), and the GPU Operator walks
-nodes through driver upgrades (`gpu_operator`). Garbage collection of owned objects is the
+(`mpi_operator`), the Job controller turns a Job into its pod (`jobs`), the GPU Operator walks
+nodes through driver upgrades (`gpu_operator`) and its MIG manager through MIG layouts
+(`mig_manager`). Garbage collection of owned objects is the
 store's (`SimKubeCluster`).
 
 Each controller changes objects only through the store, as a real controller does through the
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from fleetval.sim.kube.gpu_operator import reconcile_driver_upgrades
 from fleetval.sim.kube.jobs import reconcile_jobs
 from fleetval.sim.kube.kueue import reconcile_kueue
+from fleetval.sim.kube.mig_manager import reconcile_mig
 from fleetval.sim.kube.mpi_operator import reconcile_mpijobs
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ def run_controllers(cluster: SimKubeCluster, now: float) -> float:
         lambda: reconcile_mpijobs(cluster),
         lambda: reconcile_jobs(cluster, now),
         lambda: reconcile_driver_upgrades(cluster, now),
+        lambda: reconcile_mig(cluster, now),
     )
     for step in steps:
         try:

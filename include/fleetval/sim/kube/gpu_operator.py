@@ -114,6 +114,9 @@ def cluster_policy(spec: FleetSpec) -> dict[str, Any]:
     }
     if len(versions) == 1:
         driver["version"] = versions.pop()
+    # The pools' MIG strategy (the chart's default is single), and the mig-parted config the MIG
+    # manager reads (the chart's default ConfigMap).
+    strategies = {str((p or {}).get("mig_strategy", "single")) for p in spec.raw.get("profiles", {}).values()}
     return {
         "metadata": {"name": CLUSTER_POLICY},
         "spec": {
@@ -126,6 +129,11 @@ def cluster_policy(spec: FleetSpec) -> dict[str, Any]:
             "dcgmExporter": {"enabled": True},
             "gfd": {"enabled": True},
             "nodeStatusExporter": {"enabled": False},
+            "mig": {"strategy": strategies.pop() if len(strategies) == 1 else "mixed"},
+            "migManager": {
+                "enabled": True,
+                "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+            },
         },
         "status": {"state": "ready"},
     }

@@ -30,7 +30,7 @@ KUBELET_VERSION: Final = "v1.33.4"
 CONTAINER_RUNTIME: Final = "containerd://1.7.27"
 UNDISCLOSED_REPLICAS: Final = 4
 # GFD's nvidia.com/gpu.memory (MiB) and family by product; unknown products get none.
-_GPU_MEMORY_MIB: Final = {
+GPU_MEMORY_MIB: Final = {
     "NVIDIA-H100-80GB-HBM3": "81559",
     "NVIDIA-H200": "143771",
     "NVIDIA-A100-SXM4-80GB": "81920",
@@ -121,8 +121,15 @@ def driver_labels(version: str) -> dict[str, str]:
     return labels
 
 
+def mig_settings(spec: FleetSpec, profile: str) -> tuple[str, str]:
+    """The pool's MIG strategy and the mig.config its nodes start with (fleet spec, optional)."""
+    raw = spec.raw.get("profiles", {}).get(profile, {}) or {}
+    return str(raw.get("mig_strategy", "single")), str(raw.get("mig_config", "all-disabled"))
+
+
 def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[str, str]:
     family = next((f for key, f in _GPU_FAMILY.items() if key in profile.gpu_product), None)
+    mig_strategy, mig_config = mig_settings(spec, profile.name)
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
@@ -139,14 +146,14 @@ def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[st
         "nvidia.com/gpu.sharing-strategy": "none",
         **driver_labels(profile.driver_version),
         "nvidia.com/mig.capable": "true",
-        "nvidia.com/mig.config": "all-disabled",
+        "nvidia.com/mig.config": mig_config,  # the MIG manager advertises its layout on its first pass
         "nvidia.com/mig.config.state": "success",
-        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.strategy": mig_strategy,
         "nvidia.com/fabric": profile.fabric,
         "fleetval.io/fabric": profile.fabric,
     }
-    if profile.gpu_product in _GPU_MEMORY_MIB:
-        labels["nvidia.com/gpu.memory"] = _GPU_MEMORY_MIB[profile.gpu_product]
+    if profile.gpu_product in GPU_MEMORY_MIB:
+        labels["nvidia.com/gpu.memory"] = GPU_MEMORY_MIB[profile.gpu_product]
     if family:
         labels["nvidia.com/gpu.family"] = family
     for operand in (

@@ -1,0 +1,389 @@
+"""Tasks of `mig_validation`, and the MIG stage any DAG can add (`mig_stage`): each pulls its
+context once and calls fleetval.mig.suite. Their settings come from the DAG's params, or the
+defaults below where a DAG (rack onboarding) has no such param."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from airflow.sdk import TaskGroup, get_current_context, task
+
+from fleetval.store.engine import outage_is_one_line
+
+# The settings a DAG's params may give; what the stage uses when they do not.
+DEFAULTS: Final[dict[str, Any]] = {
+    "nodes": [],
+    "layouts": ["all-balanced"],
+    "refused_layout": None,
+    "dry_run": False,
+    "max_fleet_fraction": 0.10,
+    "max_rack_fraction": 0.25,
+    "advertise_max_minutes": None,  # None: the criterion's N (D-GPU-MIG-01)
+    "watch_minutes": 15,
+    "poll_seconds": 5,
+    "operator_namespace": "gpu-operator",
+    "image": None,
+}
+
+
+def _setting(name: str) -> Any:
+    params = get_current_context()["params"]
+    return params[name] if name in params else DEFAULTS[name]
+
+
+def _run_key() -> str:
+    ctx = get_current_context()
+    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
+
+
+def _watch_s() -> float:
+    return 60.0 * float(_setting("watch_minutes"))
+
+
+def _poll_s() -> float:
+    return float(_setting("poll_seconds"))
+
+
+def _meta(fv_run: int) -> tuple[Any, dict[str, Any]]:
+    from fleetval_airflow import config
+
+    store = config.store()
+    return store, store.run_meta(fv_run)
+
+
+def _context(fv_run: int) -> tuple[Any, Any, Any, Any, list[str]]:
+    """The store, the plan, the nodes taken, the config in force and the API clients' owner."""
+    from fleetval.mig import suite
+
+    store, meta = _meta(fv_run)
+    plan = suite.MigPlan.from_json(meta["mig_plan"]) if meta.get("mig_plan") else None
+    return store, plan, meta.get("mig_config") or {}, meta, list(meta.get("mig_taken") or [])
+
+
+@task
+@outage_is_one_line
+def open_run() -> int:
+    from fleetval.mig.suite import SUITE
+    from fleetval_airflow import config
+
+    params = {k: _setting(k) for k in DEFAULTS}
+    return config.store().ensure_run(_run_key(), suite=SUITE, backend="kubernetes", meta={"params": params})
+
+
+@task
+@outage_is_one_line
+def plan(fv_run: int, nodes: list[str] | None = None) -> dict[str, Any]:
+    """The nodes this run takes (idle, MIG-capable, one wave of the blast-radius budget) and what it
+    does on each; kept in the run, so a rerun keeps the plan. `dry_run` ends the run here."""
+    from fleetval.mig import suite
+    from fleetval.policy.blast_radius import DiagnosisBudget
+    from fleetval_airflow import config
+
+    store, meta = _meta(fv_run)
+    if "mig_plan" not in meta:
+        core = config.kube().core
+        source, mig_config = suite.read_config(
+            core, config.kube_custom_objects(), str(_setting("operator_namespace"))
+        )
+        logical = get_current_context()["dag_run"].run_after
+        made = suite.plan(
+            suite.gpu_nodes(core),
+            suite.gpu_pods_per_node(core),
+            source,
+            mig_config,
+            budget=DiagnosisBudget(
+                float(_setting("max_fleet_fraction")), float(_setting("max_rack_fraction"))
+            ),
+            wanted=list(nodes if nodes is not None else _setting("nodes")),
+            layouts=list(_setting("layouts")),
+            refused=_setting("refused_layout"),
+            week=f"{logical.isocalendar().year}-W{logical.isocalendar().week:02d}",
+            rack_label=config.settings().rack_label,
+        )
+        store.update_run_meta(fv_run, mig_plan=made.to_json(), mig_config=mig_config, run_key=_run_key())
+        meta = store.run_meta(fv_run)
+    made = suite.MigPlan.from_json(meta["mig_plan"])
+    for planned in made.nodes:
+        steps = " -> ".join(planned.layouts)
+        print(f"take {planned.node}: {steps}, refused {planned.refused}, probes on {planned.probe_profile}")
+    for name, why in sorted(made.skipped.items()):
+        print(f"skip {name}: {why}")
+    if made.deferred:
+        print(f"deferred by the budget to a later run: {', '.join(made.deferred)}")
+    if _setting("dry_run"):
+        print("dry run: nothing is cordoned or changed")
+    return made.to_json()
+
+
+@task
+@outage_is_one_line
+def take(fv_run: int) -> list[str]:
+    """Cordon the planned nodes that are still idle (none in a dry run)."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    if _setting("dry_run") or mig_plan is None:
+        return []
+    if "mig_taken" not in meta:  # a retry keeps what the first attempt took
+        kube = config.kube()
+        taken = suite.take(store, fv_run, kube.core, kube, mig_plan, run_key=meta["run_key"])
+        store.update_run_meta(fv_run, mig_taken=taken)
+    return taken
+
+
+@task(retries=0)  # a layout change half done is not redone by a retry: restore cleans up
+@outage_is_one_line
+def apply_layouts(fv_run: int) -> list[dict[str, Any]]:
+    """D-GPU-MIG-01 (advertised within N minutes, the time stored) and D-GPU-MIG-05 (sold as its
+    profile) for each layout of each taken node."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, mig_config, meta, taken = _context(fv_run)
+    if not taken:
+        return []
+    kube = config.kube()
+    limit = _setting("advertise_max_minutes")
+    verdicts = suite.apply_layouts(
+        store,
+        fv_run,
+        kube.core,
+        kube,
+        mig_plan,
+        taken,
+        mig_config,
+        run_key=meta["run_key"],
+        max_s=None if limit is None else 60.0 * float(limit),
+        watch_s=_watch_s(),
+        poll_s=_poll_s(),
+    )
+    return [v.to_json() for v in verdicts]
+
+
+def _probes(fv_run: int, phase: str) -> list[dict[str, Any]]:
+    """The workload probes of a phase, on the taken nodes that advertise the probed instances (the
+    baseline decides which, and keeps why the others are not probed)."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    if not taken:
+        return []
+    if "mig_not_probed" not in meta:
+        ready = suite.probe_ready(config.kube().core, mig_plan, taken)
+        store.update_run_meta(fv_run, mig_not_probed={n: why for n, why in ready.items() if why})
+        meta = store.run_meta(fv_run)
+    probed = [n for n in taken if n not in meta["mig_not_probed"]]
+    specs = suite.isolation_probes(mig_plan, probed, phase, run_key=meta["run_key"], image=_setting("image"))
+    return [{"probe": s.to_json(), "fv_run": fv_run} for s in specs]
+
+
+@task
+@outage_is_one_line
+def baseline_probes(fv_run: int) -> list[dict[str, Any]]:
+    """The workload probe on one instance of each taken node, nothing filled (D-GPU-MIG-03)."""
+    return _probes(fv_run, "baseline")
+
+
+@task(retries=0)
+@outage_is_one_line
+def start_fill(fv_run: int) -> dict[str, str]:
+    """The filler on every other instance of the probed profile, waited for until full."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    probed = [n for n in taken if n not in (meta.get("mig_not_probed") or {})]
+    if not probed:
+        return {}
+    fills = suite.start_fill(
+        config.kube().core,
+        mig_plan,
+        probed,
+        run_key=meta["run_key"],
+        namespace=config.settings().namespace,
+        image=_setting("image"),
+        timeout_s=_watch_s(),
+        poll_s=_poll_s(),
+    )
+    store.update_run_meta(fv_run, mig_fills=fills)
+    return fills
+
+
+@task
+@outage_is_one_line
+def during_probes(fv_run: int) -> list[dict[str, Any]]:
+    """The workload probe again, its neighbours full (D-GPU-MIG-03, -04)."""
+    return _probes(fv_run, "during")
+
+
+@task(trigger_rule="all_done")
+@outage_is_one_line
+def stop_fill(fv_run: int) -> None:
+    """The fillers' logs stored as evidence, the fillers deleted (whatever the probes did)."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, _plan, _config, meta, _taken = _context(fv_run)
+    fills = meta.get("mig_fills") or {}
+    if fills:
+        suite.stop_fill(
+            store,
+            fv_run,
+            config.kube().core,
+            fills,
+            run_key=meta["run_key"],
+            namespace=config.settings().namespace,
+        )
+
+
+@task(trigger_rule="all_done")
+@outage_is_one_line
+def judge_isolation(fv_run: int) -> list[dict[str, Any]]:
+    """D-GPU-MIG-03 and -04 from the stored probes (a probe that left nothing is `error`)."""
+    from fleetval.mig import suite
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    if not taken:
+        return []
+    verdicts = suite.judge_isolation(
+        store, fv_run, mig_plan, taken, run_key=meta["run_key"], not_probed=meta.get("mig_not_probed") or {}
+    )
+    return [v.to_json() for v in verdicts]
+
+
+@task(trigger_rule="all_done", retries=0)
+@outage_is_one_line
+def refused_layout(fv_run: int) -> list[dict[str, Any]]:
+    """D-GPU-MIG-02: a layout the catalog refuses is refused, `failed` on the node."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    if not taken:
+        return []
+    kube = config.kube()
+    verdicts = suite.refused_layout(
+        store,
+        fv_run,
+        kube.core,
+        kube,
+        mig_plan,
+        taken,
+        run_key=meta["run_key"],
+        watch_s=_watch_s(),
+        poll_s=_poll_s(),
+    )
+    return [v.to_json() for v in verdicts]
+
+
+@task(trigger_rule="all_done", retries=0)
+@outage_is_one_line
+def busy_reconfig(fv_run: int) -> list[dict[str, Any]]:
+    """D-GPU-MIG-06: a layout change while a pod works on an instance is refused or waits."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, _config, meta, taken = _context(fv_run)
+    if not taken:
+        return []
+    kube = config.kube()
+    verdicts = suite.busy_reconfig(
+        store,
+        fv_run,
+        kube.core,
+        kube,
+        mig_plan,
+        taken,
+        run_key=meta["run_key"],
+        namespace=config.settings().namespace,
+        image=_setting("image"),
+        watch_s=_watch_s(),
+        poll_s=_poll_s(),
+        not_probed=meta.get("mig_not_probed") or {},
+    )
+    return [v.to_json() for v in verdicts]
+
+
+@task(trigger_rule="all_done")
+@outage_is_one_line
+def restore(fv_run: int) -> dict[str, bool]:
+    """Each taken node back on its original layout and uncordoned (a node that does not come back
+    stays cordoned, with an `error` verdict): whatever the checks did."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, mig_config, meta, taken = _context(fv_run)
+    if not taken:
+        return {}
+    kube = config.kube()
+    back = suite.restore(
+        store,
+        fv_run,
+        kube.core,
+        kube,
+        mig_plan,
+        taken,
+        mig_config,
+        run_key=meta["run_key"],
+        watch_s=_watch_s(),
+        poll_s=_poll_s(),
+    )
+    store.update_run_meta(fv_run, mig_restored=back)
+    return back
+
+
+@task(trigger_rule="all_done", retries=0)  # a finding is not retried
+@outage_is_one_line
+def report(fv_run: int) -> dict[str, Any]:
+    """Counts per criterion and a line per verdict that did not pass; a taken node missing a
+    criterion's verdict (its step broke) gets an `error` one. The task fails on any, so the run is
+    red with the reasons in this log."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store = config.store()
+    meta = store.run_meta(fv_run)
+    suite.missing_verdicts(store, fv_run, list(meta.get("mig_taken") or []))
+    summary = suite.summarize(store.verdicts(fv_run))
+    store.update_run_meta(fv_run, summary=summary)
+    store.finish_run(fv_run)
+    for key, count in summary["counts"].items():
+        print(f"{count:>5}  {key}")
+    print("\n".join(summary["not_passed"]) or "every check passed")
+    if summary["not_passed"]:
+        raise RuntimeError(f"{len(summary['not_passed'])} MIG checks did not pass (listed above)")
+    return summary
+
+
+def mig_stage(fv_run: Any, nodes: Any = None, *, group_id: str = "mig") -> TaskGroup:
+    """The MIG checks on a node set as one task group, for any DAG (rack onboarding calls it with
+    its nodes): plan → take → layouts → isolation probes → busy → refused layout → restore. Its
+    settings come from the calling DAG's params where it has them (`DEFAULTS` otherwise); its
+    verdicts go to the run `fv_run`. The caller adds its own report (or `report`)."""
+    from fleetval_airflow.probe_pod import ProbePodOperator
+
+    with TaskGroup(group_id=group_id) as group:
+        planned = plan(fv_run, nodes)
+        taken = take(fv_run)
+        applied = apply_layouts(fv_run)
+        first = baseline_probes(fv_run)
+        baseline = ProbePodOperator.partial(
+            task_id="baseline_probe", map_index_template="{{ task.spec.node }}"
+        ).expand_kwargs(first)
+        filled = start_fill(fv_run)
+        second = during_probes(fv_run)
+        during = ProbePodOperator.partial(
+            task_id="during_probe", map_index_template="{{ task.spec.node }}"
+        ).expand_kwargs(second)
+        stopped = stop_fill(fv_run)
+        judged = judge_isolation(fv_run)
+        busy = busy_reconfig(fv_run)
+        refused = refused_layout(fv_run)
+        restored = restore(fv_run)
+        planned >> taken >> applied >> first
+        baseline >> filled >> second
+        during >> stopped >> judged >> busy >> refused >> restored
+        filled >> stopped  # the fillers go even when the probes between broke
+    return group
