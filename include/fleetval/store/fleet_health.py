@@ -377,8 +377,8 @@ class FleetCells:
         if cached is not None and cached[0] == newest and newest is not None:
             return cached[1]
         inv = inventory(self.engine)
-        fresh = inv.source is not None and inv.source["run_id"] == newest
-        self._inventory = (newest, inv) if fresh else None
+        fresh = newest is not None and inv.source is not None and inv.source["run_id"] == newest
+        self._inventory = (newest, inv) if fresh and newest is not None else None
         return inv
 
     def _fingerprint(self) -> tuple[dt.datetime | None, int]:
