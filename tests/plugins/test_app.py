@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from bench.fleet_page import fill
-from fleet_health.app import READ_METHODS, create_app
+from fleet_health.app import READ_METHODS, URL_PREFIX, create_app
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import Store
@@ -76,3 +76,37 @@ def test_an_unreachable_store_is_a_503_page_not_a_traceback(tmp_path: pathlib.Pa
     app.dependency_overrides[dep.dependency] = lambda: None
     response = TestClient(app).get("/")
     assert response.status_code == 503 and "the fleetval store is unreachable" in response.text
+
+
+def test_loading_the_plugin_imports_neither_fastapi_nor_the_page() -> None:
+    """Every task process loads plugins (for macros): the page is built in the api-server only,
+    at its first request, and it is the one the plugin mounts."""
+    import subprocess
+    import sys
+
+    from tests.paths import ROOT
+
+    probe = (
+        "import sys; sys.path.insert(0, 'plugins'); import fleet_health_plugin as p; "
+        "print(sorted(m for m in ('fastapi', 'fleet_health.app', "
+        "'airflow.api_fastapi.core_api.security') if m in sys.modules)); "
+        "(app,) = p.FleetHealthPlugin.fastapi_apps; print(app['url_prefix'], type(app['app']).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "[]", out.stdout
+    assert lines[-1] == f"{URL_PREFIX} FleetHealthApp"
+
+
+def test_the_plugin_app_builds_the_page_at_its_first_request(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fleet_health_plugin
+
+    import fleet_health.app as page_app
+
+    monkeypatch.setattr(page_app, "engine_from_connection", lambda: engine)
+    app = fleet_health_plugin.FleetHealthApp()
+    assert app._app is None
+    assert TestClient(app).get("/").status_code == 401  # the real app, with Airflow's check
+    assert app._app is not None

@@ -372,7 +372,9 @@ def test_the_incremental_cells_equal_a_full_recomputation_after_each_change(stor
 
 
 def test_runs_leaving_the_horizon_take_their_cells_with_them(store: Store) -> None:
-    old = run(store, "w-old", "weekly", [v("D-DEV-03", "a", "fail")], at=NOW - dt.timedelta(days=30), node="a")
+    old = run(
+        store, "w-old", "weekly", [v("D-DEV-03", "a", "fail")], at=NOW - dt.timedelta(days=30), node="a"
+    )
     run(store, "w-new", "weekly", [v("D-DEV-03", "b", "pass")], at=NOW - dt.timedelta(days=1), node="b")
     cache = fh.FleetCells(store.engine, horizon_days=20)
     assert set(cache.get(now=NOW - dt.timedelta(days=15)).cells) == {"a", "b"}
