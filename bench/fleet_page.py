@@ -14,11 +14,14 @@ short synthetic text (the page never reads them); times are spread over the week
 Each view (`plugins/fleet_health/pages.py`, the HTML a browser gets, without HTTP) is timed
 against a reference: `COPY (SELECT … ) TO STDOUT` of the rows the view's queries read — the
 verdict columns of the horizon's runs for the heatmap, the r2 verdicts for the coverage, one
-node's verdicts and events, the measurements of one NCCL subject, and so on. Sides alternate
-over `--samples`; the load average is printed with each sample, the ratios (median, spread)
-last.
+node's verdicts and events, the measurements of one NCCL subject, and so on. The heatmap and
+coverage are timed cold (a fresh `FleetCells`: the first load after the api-server starts), warm
+(nothing judged since the last load) and after a new Xid run is written (not timed). Sides
+alternate over `--samples`; the load average is printed with each sample, the table of medians and
+ratios after, the heatmap's figures last.
 
-    python bench/fleet_page.py [--nodes 16384] [--weekly 4] [--nccl 2] [--samples 5] [--db URL] [--keep]
+    python bench/fleet_page.py [--nodes 16384] [--weekly 4] [--nccl 2] [--samples 5] [--db URL]
+                               [--keep | --reuse URL]
 """
 
 from __future__ import annotations
@@ -616,6 +619,16 @@ def main() -> None:
         print(f"load average at end: {os.getloadavg()}")
         if args.keep or args.reuse:
             print(f"store kept: {url}")
+
+        def ms(name: str) -> str:
+            return (
+                f"{1000 * statistics.median(took[name]):.0f} ms ({statistics.median(ratios[name]):.2f}x COPY)"
+            )
+
+        print(
+            f"fleet page at {len(nodes)} nodes: heatmap warm {ms('heatmap_warm')}, after a new run "
+            f"{ms('heatmap_new_run')}, cold {ms('heatmap_cold')}; coverage warm {ms('coverage_warm')}"
+        )
     finally:
         engine.dispose()
         if not (args.keep or args.reuse):
