@@ -15,7 +15,10 @@ from fleetval.errors import FleetvalError
 
 DEFAULT_URL = "sqlite:///fleetval.db"
 BACKENDS: Final = ("postgresql", "sqlite")
-URL_EXAMPLE: Final = "postgresql+psycopg2://user@host/db or sqlite:///path/fleetval.db"
+URL_EXAMPLE: Final = "postgresql://user@host/db or sqlite:///path/fleetval.db"
+# PostgreSQL is opened through psycopg 3 whichever of its drivers a URL names: its COPY formats rows
+# in C (the store's bulk path); psycopg2 URLs (Airflow's usual spelling) keep working.
+PG_DRIVERS: Final = ("psycopg", "psycopg2")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,6 +81,8 @@ def store_url(url: str) -> URL:
     backend = parsed.get_backend_name()
     if backend not in BACKENDS:
         raise StoreUrlError(f"fleetval stores its data in PostgreSQL or SQLite, not {backend!r}")
+    if backend == "postgresql" and parsed.get_driver_name() in PG_DRIVERS:
+        parsed = parsed.set(drivername="postgresql+psycopg")
     try:
         parsed.get_dialect()
     except sa_exc.NoSuchModuleError:

@@ -5,7 +5,7 @@ Every table a task writes has a natural unique key so that a retried task or a r
 upserts instead of duplicating.
 
 Evidence is stored losslessly. PostgreSQL's TEXT refuses NUL, its JSONB refuses `\u0000`, lone
-surrogates and NaN, and psycopg2 refuses to send lone surrogates (what `surrogateescape` decoding
+surrogates and NaN, and psycopg refuses to send lone surrogates (what `surrogateescape` decoding
 makes of bytes that are not UTF-8): one such character in one node's output must not fail a
 wave. So a probe's raw output is its exact bytes (`raw`, bytea), and text and JSON that hold
 evidence (`LosslessText`, `LosslessJson`) keep such strings and numbers in an escaped form that

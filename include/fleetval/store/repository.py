@@ -4,8 +4,8 @@
   node events on `event_key`, baselines on `(profile, metric, scope, version)`;
 - measurements belong to their probe: re-ingesting a probe replaces its measurements.
 
-Bulk paths use PostgreSQL COPY (through a staging table where a conflict rule is needed), so a
-16k-node sweep ingests at close to raw COPY speed; SQLite uses executemany.
+Bulk paths use PostgreSQL COPY through psycopg 3 (through a staging table where a conflict rule
+is needed), so a 16k-node sweep ingests at close to raw COPY speed; SQLite uses executemany.
 
 Raw output, evidence text and JSON are stored losslessly (fleetval.store.models). What still
 cannot be stored (a GPU id from garbage output longer than its column, NUL in a subject, an exit
@@ -22,12 +22,25 @@ import hashlib
 import itertools
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, TypeDecorator, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    TypeDecorator,
+    any_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -106,9 +119,7 @@ def _unstorable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError) and exc.orig:
         exc = exc.orig  # a bind parameter that could not be converted
-    if isinstance(exc, UnicodeError | OverflowError):  # lone surrogates; an int SQLite cannot hold
-        return True
-    return isinstance(exc, ValueError) and "NUL" in str(exc)  # psycopg2 refuses NUL in strings
+    return isinstance(exc, UnicodeError | OverflowError)  # lone surrogates; an int SQLite cannot hold
 
 
 def _why(exc: BaseException) -> str:
@@ -145,53 +156,46 @@ def _dialect_insert(conn: Connection, table: Table) -> Any:
     raise NotImplementedError(f"unsupported database dialect {conn.dialect.name!r}")
 
 
-# What COPY's text format escapes; most values hold none of it.
-_COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
+# One encoder for every document: json.dumps with options builds a new one per call, and
+# JSONEncoder.encode a new C encoder per call; this is the one it would build (ASCII, compact,
+# NaN refused), reused. Without the C accelerator, the same through JSONEncoder.
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _copy_text(text: str) -> str:
-    if _COPY_SPECIAL.search(text) is None:
-        return text
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in the type stubs
+_c_encoder = (
+    None
+    if _make_encoder is None
+    else _make_encoder(
+        None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+)
+_JSON = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _copy_escape(value: Any) -> str:
-    """`value` in COPY's text format (the commonest types first: this runs for every value)."""
-    if value is None:
-        return "\\N"
-    kind = type(value)
-    if kind is str:
-        return _copy_text(value)
-    if kind is int or kind is float:  # no COPY specials in their str()
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):  # bytea's hex form, its "\\" escaped
-        return "\\\\x" + bytes(value).hex()
-    if isinstance(value, dict | list):
-        value = json.dumps(value, separators=(",", ":"))
-    elif isinstance(value, dt.datetime):
-        value = value.isoformat()
-    return _copy_text(str(value))
+def _json_strict(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str:
+    if _c_encoder is None:
+        return json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode(value)
+    return "".join(_c_encoder(value, 0))
 
 
-# One encoder for every document: json.dumps with options builds a new one per call.
-_JSON_STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-
-def _copy_json(value: Any) -> str:
-    """A `LosslessJson` value in COPY's text format: what `_copy_escape(escape_json(value))` gives.
+def _json_text(value: Any) -> str:
+    """A `LosslessJson` value as the JSON text the column stores: what binding
+    `escape_json(value)` sends.
 
     json.dumps (ASCII, NaN refused) shows at once whether escaping can change anything: only a
     non-finite float or a string that dumps as a `\\u` escape (NUL, a surrogate, the escape mark,
     any non-ASCII) can. Such documents, and rare top-level scalars, take the walk."""
     if isinstance(value, dict | list | tuple):
         try:
-            text = _JSON_STRICT(value)
+            text = _json_strict(value)
         except ValueError:
             pass
         else:
             if "\\u" not in text:
-                return _copy_text(text)
-    return _copy_escape(escape_json(value))
+                return text
+    return _JSON(escape_json(value))
 
 
 def copy_rows(
@@ -202,130 +206,90 @@ def copy_rows(
     *,
     types_of: Table | None = None,
 ) -> None:
-    """PostgreSQL COPY FROM STDIN (text format) through the psycopg2 cursor.
+    """PostgreSQL COPY FROM STDIN (text format) in the connection's transaction, through psycopg 3.
 
     `types_of`: the table whose column types convert the values first (COPY bypasses them), so
-    lossless columns get their escaped form. The driver's errors come back as SQLAlchemy's (a
-    lost connection is an OperationalError, a refused value a DataError), as for any statement.
-
-    The rows are formatted as the server reads them (`_CopySource`), so the server's work (parse,
-    index, TOAST) overlaps this process's formatting instead of following it. A value that cannot
-    be formatted or encoded ends the COPY early and is raised after it (the caller's transaction
-    then rolls back what was sent): a lone surrogate is a UnicodeEncodeError (a refused value),
-    not psycopg2's cancelled COPY, which reads like a lost connection."""
-    formats = [_copy_formatter(conn, types_of, c) for c in columns]
-    source = _CopySource(_copy_blocks(formats, rows))
+    lossless columns get their escaped form (`_converted`). psycopg formats each row in C
+    (`write_row`) and sends the data as it goes, so the server's work (parse, index, TOAST)
+    overlaps this process's. A value that cannot be formatted or encoded (a lone surrogate:
+    UnicodeEncodeError; NUL in text: DataError) ends the COPY and is raised as itself, and the
+    caller's transaction rolls back what was sent. The driver's errors come back as SQLAlchemy's
+    (a lost connection is an OperationalError, a refused value a DataError), as for any statement.
+    """
+    converts = [_bind_conversion(conn, types_of, c) for c in columns]
     statement = f"COPY {table_name} ({', '.join(columns)}) FROM STDIN"
+    dbapi = conn.dialect.loaded_dbapi
     dbapi_conn = conn.connection.dbapi_connection
     assert dbapi_conn is not None
     cursor = dbapi_conn.cursor()
     try:
-        cursor.copy_expert(statement, source, size=_COPY_READ)
-    except conn.dialect.loaded_dbapi.Error as exc:
+        with cursor.copy(statement) as copy:
+            write_row = copy.write_row
+            for block in _converted(converts, rows):
+                for row in block:
+                    write_row(row)
+    except dbapi.Error as exc:
         raise sa_exc.DBAPIError.instance(
             statement,
             None,
             exc,
-            conn.dialect.loaded_dbapi.Error,
+            dbapi.Error,
             connection_invalidated=conn.dialect.is_disconnect(exc, dbapi_conn, cursor),
             dialect=conn.dialect,
         ) from exc
     finally:
         cursor.close()
-    if source.error is not None:
-        raise source.error
 
 
-# Bytes psycopg2 asks for per read of a COPY source (its default is 8 KiB), and rows per block
-# formatted at once.
-_COPY_READ: Final = 1 << 16
+# Rows converted at once, column by column.
 _COPY_BLOCK_ROWS: Final = 1000
 
 
-_TEXT: Final = {str}
-_TEXT_OR_NULL: Final = {str, type(None)}
-_NUMBERS: Final = {int, float}
-_NUMBERS_OR_NULL: Final = {int, float, type(None)}
-
-
-def _copy_blocks(formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
-    """COPY text for `rows`, a block of lines at a time, formatted column by column: a column of
-    plain ints or floats is `str` of each, one of plain strings without a COPY special is itself
-    (what `_copy_escape` makes of them; NULLs as `\\N`), a converted text column converts each
-    distinct string once; Python calls a formatter per value only for the other columns (JSON,
-    datetimes, bytes, mixed types)."""
-    plain = [fmt is _copy_escape for fmt in formats]
-    width = len(formats)
+def _converted(
+    converts: Sequence[Callable[[Any], Any] | None], rows: Iterable[Sequence[Any]]
+) -> Iterator[Iterable[Sequence[Any]]]:
+    """`rows` with each value through its column's conversion (None: as it is), a block at a time,
+    column by column: a Python call per value only for converted columns, and a converted text
+    column (a verdict's reason) converts each distinct string once."""
+    width = len(converts)
     it = iter(rows)
+    if all(c is None for c in converts):
+        while block := list(itertools.islice(it, _COPY_BLOCK_ROWS)):
+            _check_width(block, width)
+            yield block
+        return
     while block := list(itertools.islice(it, _COPY_BLOCK_ROWS)):
-        if set(map(len, block)) != {width}:
-            raise ValueError(f"rows of {sorted(set(map(len, block)))} values for {width} columns")
-        out: list[Iterable[str]] = []
-        for fmt, is_plain, column in zip(formats, plain, zip(*block, strict=True), strict=True):
-            kinds = set(map(type, column))
-            if is_plain:
-                if kinds <= _NUMBERS:
-                    out.append(map(str, column))
-                    continue
-                if kinds <= _NUMBERS_OR_NULL:
-                    out.append(["\\N" if v is None else str(v) for v in column])
-                    continue
-                if kinds <= _TEXT_OR_NULL:
-                    texts = [v for v in column if v is not None]
-                    if _COPY_SPECIAL.search("".join(texts)) is None:
-                        out.append(
-                            column
-                            if len(texts) == len(column)
-                            else ["\\N" if v is None else v for v in column]
-                        )
-                        continue
-            elif kinds == _TEXT:  # a converted text column: each distinct string converted once
-                converted = {v: fmt(v) for v in set(column)}
+        _check_width(block, width)
+        out: list[Iterable[Any]] = []
+        for convert, column in zip(converts, zip(*block, strict=True), strict=True):
+            if convert is None:
+                out.append(column)
+            elif convert is not _json_text and set(map(type, column)) == {str}:
+                converted = {v: convert(v) for v in set(column)}
                 out.append(map(converted.__getitem__, column))
-                continue
-            out.append(map(fmt, column))
-        yield "\n".join(map("\t".join, zip(*out, strict=True))) + "\n"
+            else:
+                out.append(map(convert, column))
+        yield zip(*out, strict=True)
 
 
-class _CopySource:
-    """A file for psycopg2's `copy_expert`: each read formats and encodes the next blocks. An error
-    is kept (`error`) and ends the data, since one raised inside psycopg2's read would reach the
-    caller as a failed COPY rather than as itself; only whole lines are ever sent."""
-
-    def __init__(self, blocks: Iterator[str]) -> None:
-        self._blocks = blocks
-        self.error: Exception | None = None
-
-    def read(self, size: int = -1) -> bytes:
-        if self.error is not None:
-            return b""
-        parts: list[str] = []
-        length = 0
-        try:
-            for block in self._blocks:
-                parts.append(block)
-                length += len(block)
-                if 0 <= size <= length:
-                    break
-            return "".join(parts).encode("utf-8")
-        except Exception as exc:  # re-raised by copy_rows once the COPY has ended
-            self.error = exc
-            return b""
+def _check_width(block: Sequence[Sequence[Any]], width: int) -> None:
+    if set(map(len, block)) != {width}:
+        raise ValueError(f"rows of {sorted(set(map(len, block)))} values for {width} columns")
 
 
-def _copy_formatter(conn: Connection, table: Table | None, column: str) -> Callable[[Any], str]:
-    """The column's bind conversion (COPY bypasses it), then COPY's text format."""
+def _bind_conversion(conn: Connection, table: Table | None, column: str) -> Callable[[Any], Any] | None:
+    """The column's bind conversion, which COPY bypasses (None: the value as it is)."""
     kind = table.c[column].type if table is not None else None
     if isinstance(kind, LosslessJson):
-        return _copy_json
+        return _json_text
     if isinstance(kind, TypeDecorator):
         dialect = conn.dialect
-        return lambda value: _copy_escape(kind.process_bind_param(value, dialect))
-    return _copy_escape
+        return lambda value: kind.process_bind_param(value, dialect)
+    return None
 
 
 def _can_copy(conn: Connection) -> bool:
-    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg2"
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
 VERDICT_COLUMNS = (
@@ -345,6 +309,9 @@ VERDICT_COLUMNS = (
     "judged_at",
 )
 VERDICT_UPDATABLE = VERDICT_COLUMNS[1:]
+# A verdict judged again to the same outcome is left as it is (its first judged_at kept): a retried
+# task rewrites nothing it already stored.
+VERDICT_COMPARED = tuple(c for c in VERDICT_UPDATABLE if c != "judged_at")
 MEASUREMENT_COLUMNS = ("probe_id", "seq", "node", "gpu", "metric", "value", "unit", "attrs")
 PROBE_COLUMNS = (
     "run_id",
@@ -495,8 +462,12 @@ class Store:
         return report
 
     def _write_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> int:
-        probe_ids = self._upsert_probes(conn, run_id, probes)
-        self._replace_measurements(conn, probes, probe_ids)
+        probe_ids, unchanged = self._upsert_probes(conn, run_id, probes)
+        # Measurements are parsed from the raw output: a probe stored again with the same bytes
+        # and no results (a retried probe task, results to come) keeps those parsed from them.
+        self._replace_measurements(
+            conn, [p for p in probes if p.measurements or p.probe_key not in unchanged], probe_ids
+        )
         rows = [
             verdict_row(run_id, v, probe_id=probe_ids[p.probe_key], node=_single(p.nodes), judged_at=utcnow())
             for p in probes
@@ -616,12 +587,21 @@ class Store:
             )
         return len(rows)
 
-    def _upsert_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> dict[str, int]:
+    def _upsert_probes(
+        self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]
+    ) -> tuple[dict[str, int], set[str]]:
+        """Upsert the probes; returns their ids and the keys whose stored raw output was already
+        these bytes."""
         if not probes:
-            return {}
+            return {}, set()
+        stored = _stored_raw(conn, run_id, [p.probe_key for p in probes])
         rows = []
+        unchanged = set()
         for p in probes:
             raw, codec = encode_raw(p.raw)
+            sha = hashlib.sha256(raw).hexdigest()
+            if stored.get(p.probe_key) == (sha, codec):
+                unchanged.add(p.probe_key)
             rows.append(
                 {
                     "run_id": run_id,
@@ -632,64 +612,30 @@ class Store:
                     "spec": p.spec,
                     "raw": raw,
                     "raw_codec": codec,
-                    "raw_sha256": hashlib.sha256(raw).hexdigest(),
+                    "raw_sha256": sha,
                     "exit_code": p.exit_code,
                     "started_at": p.started_at,
                     "finished_at": p.finished_at,
                 }
             )
         if _can_copy(conn) and len(rows) >= COPY_MIN_ROWS:
-            return self._copy_upsert_probes(conn, rows)
-        stmt = _dialect_insert(conn, Probe.__table__)  # type: ignore[arg-type]
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["run_id", "probe_key"],
-            set_={c: stmt.excluded[c] for c in PROBE_UPDATABLE},
-        )
-        for chunk in _chunks(rows, 2000):
-            conn.execute(stmt, chunk)
-        return _probe_ids(conn, run_id, [p.probe_key for p in probes])
-
-    def _copy_upsert_probes(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
-        """COPY into a staging table, then one set-based upsert that returns the ids: a wave's raw
-        output (the largest part of a sweep) at close to COPY speed instead of a statement's
-        parameters per row. The stage has the columns' types and no default, so it draws no ids."""
-        last = {r["probe_key"]: r for r in rows}  # one statement may not touch a key twice
-        run_id = rows[0]["run_id"]
-        values = [[r[c] for c in PROBE_COLUMNS] for r in last.values()]
-        table: Table = Probe.__table__  # type: ignore[assignment]
-        if not _probe_ids(conn, run_id, list(last)) and _copy_if_new(
-            conn, "probes", PROBE_COLUMNS, values, table
-        ):
-            return _probe_ids(conn, run_id, list(last))
-        cols = ", ".join(PROBE_COLUMNS)
-        conn.exec_driver_sql(
-            "CREATE TEMP TABLE IF NOT EXISTS probes_stage ON COMMIT DROP "
-            f"AS SELECT {cols} FROM probes WITH NO DATA"
-        )
-        copy_rows(conn, "probes_stage", PROBE_COLUMNS, values, types_of=table)
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in PROBE_UPDATABLE)
-        found = conn.exec_driver_sql(
-            f"INSERT INTO probes ({cols}) SELECT {cols} FROM probes_stage "
-            f"ON CONFLICT (run_id, probe_key) DO UPDATE SET {sets} RETURNING probe_key, id"
-        )
-        ids = {str(key): int(pid) for key, pid in found}
-        conn.exec_driver_sql("DROP TABLE probes_stage")
-        return ids
+            return _copy_upsert_probes(conn, rows, stored, unchanged), unchanged
+        return _plain_upsert_probes(conn, rows), unchanged
 
     def _replace_measurements(
         self, conn: Connection, probes: Sequence[ProbeIn], probe_ids: Mapping[str, int]
     ) -> None:
         ids = [probe_ids[p.probe_key] for p in probes]
-        for chunk in _chunks(ids, 5000):
-            conn.execute(delete(Measurement).where(Measurement.probe_id.in_(chunk)))
         rows = (
             (probe_ids[p.probe_key], seq, m.node, m.gpu, m.metric, m.value, m.unit, m.attrs)
             for p in probes
             for seq, m in enumerate(p.measurements)
         )
         if _can_copy(conn):
-            copy_rows(conn, "measurements", MEASUREMENT_COLUMNS, rows, types_of=Measurement.__table__)  # type: ignore[arg-type]
+            _copy_replace_measurements(conn, ids, rows)
             return
+        for chunk in _chunks(ids, 5000):
+            conn.execute(delete(Measurement).where(_one_of(conn, Measurement.probe_id, chunk)))
         dict_rows = [dict(zip(MEASUREMENT_COLUMNS, r, strict=True)) for r in rows]
         for chunk_rows in _chunks(dict_rows, 5000):
             conn.execute(insert(Measurement), chunk_rows)
@@ -707,22 +653,20 @@ class Store:
                 return
             # COPY into a staging table, then one set-based upsert: conflict handling at COPY speed.
             cols = ", ".join(VERDICT_COLUMNS)
-            conn.exec_driver_sql(
-                "CREATE TEMP TABLE IF NOT EXISTS verdicts_stage ON COMMIT DROP "
-                f"AS SELECT {cols} FROM verdicts WITH NO DATA"
-            )
-            copy_rows(conn, "verdicts_stage", VERDICT_COLUMNS, values, types_of=table)
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in VERDICT_UPDATABLE)
-            conn.exec_driver_sql(
-                f"INSERT INTO verdicts ({cols}) SELECT {cols} FROM verdicts_stage "
-                f"ON CONFLICT (run_id, criterion, subject) DO UPDATE SET {sets}"
-            )
-            conn.exec_driver_sql("DROP TABLE verdicts_stage")
+            with _staged(conn, "verdicts", VERDICT_COLUMNS, values, table) as stage:
+                conn.exec_driver_sql(
+                    f"INSERT INTO verdicts ({cols}) SELECT {cols} FROM {stage} "
+                    f"ON CONFLICT (run_id, criterion, subject) DO UPDATE SET {sets} "
+                    f"WHERE {_changed('verdicts', VERDICT_COMPARED)}"
+                )
             return
+        stored = VerdictRow.__table__.c
         stmt = _dialect_insert(conn, VerdictRow.__table__)  # type: ignore[arg-type]
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "criterion", "subject"],
             set_={c: stmt.excluded[c] for c in VERDICT_UPDATABLE},
+            where=or_(*(stored[c].is_distinct_from(stmt.excluded[c]) for c in VERDICT_COMPARED)),
         )
         for chunk in _chunks(list(_last_per_key(rows)), 2000):
             conn.execute(stmt, chunk)
@@ -752,7 +696,10 @@ class Store:
                 details=dict(details or {}),
                 at=at or utcnow(),
             )
-            result = conn.execute(stmt.on_conflict_do_nothing(index_elements=["event_key"]))
+            result = conn.execute(
+                stmt.on_conflict_do_nothing(index_elements=["event_key"]),
+                execution_options={"preserve_rowcount": True},  # an INSERT's is kept only if asked
+            )
             return bool(result.rowcount)
 
     def node_events(
@@ -873,6 +820,59 @@ def _copy_if_new(
     return True
 
 
+def _changed(table_name: str, columns: Sequence[str]) -> str:
+    """An upsert's condition that the row differs in `columns` from the one it would replace."""
+    stored = ", ".join(f"{table_name}.{c}" for c in columns)
+    return f"({stored}) IS DISTINCT FROM ({', '.join(f'EXCLUDED.{c}' for c in columns)})"
+
+
+def _copy_replace_measurements(
+    conn: Connection, probe_ids: Sequence[int], rows: Iterable[Sequence[Any]]
+) -> None:
+    """The probes' measurements become `rows`. Probes with none stored (a first ingest): COPY
+    straight into the table. Else COPY into a staging table, delete the stored rows it does not
+    have, and upsert the rest, skipping rows that did not change: a retried task's identical
+    measurements are not rewritten (deleting and re-inserting them would also leave a dead row
+    behind each, which every insert of the same key then has to check)."""
+    table: Table = Measurement.__table__  # type: ignore[assignment]
+    stored = conn.exec_driver_sql(
+        "SELECT EXISTS (SELECT 1 FROM measurements WHERE probe_id = ANY(%s))", (list(probe_ids),)
+    ).scalar()
+    if not stored:
+        copy_rows(conn, "measurements", MEASUREMENT_COLUMNS, rows, types_of=table)
+        return
+    cols = ", ".join(MEASUREMENT_COLUMNS)
+    values = MEASUREMENT_COLUMNS[2:]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in values)
+    with _staged(conn, "measurements", MEASUREMENT_COLUMNS, rows, table) as stage:
+        conn.exec_driver_sql(
+            f"DELETE FROM measurements m WHERE m.probe_id = ANY(%s) AND NOT EXISTS "
+            f"(SELECT 1 FROM {stage} s WHERE s.probe_id = m.probe_id AND s.seq = m.seq)",
+            (list(probe_ids),),
+        )
+        conn.exec_driver_sql(
+            f"INSERT INTO measurements ({cols}) SELECT {cols} FROM {stage} "
+            f"ON CONFLICT (probe_id, seq) DO UPDATE SET {sets} WHERE {_changed('measurements', values)}"
+        )
+
+
+@contextmanager
+def _staged(
+    conn: Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], table: Table
+) -> Iterator[str]:
+    """A temporary table with `columns` of `table_name` (their types; no default, constraint or
+    index, so it draws no ids), holding `rows` by COPY; dropped after use (its transaction may
+    stage again)."""
+    stage = f"{table_name}_stage"
+    conn.exec_driver_sql(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DROP "
+        f"AS SELECT {', '.join(columns)} FROM {table_name} WITH NO DATA"
+    )
+    copy_rows(conn, stage, columns, rows, types_of=table)
+    yield stage
+    conn.exec_driver_sql(f"DROP TABLE {stage}")
+
+
 def _verdicts_of_new_probes(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether every row belongs to a probe that has no verdict yet (a first judgement): then a
     plain COPY is likely to meet no stored key. A cheap test (an index probe per probe, not per
@@ -886,14 +886,92 @@ def _verdicts_of_new_probes(conn: Connection, rows: Sequence[Mapping[str, Any]])
     return not found.scalar()
 
 
+def _plain_upsert_probes(conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    stmt = _dialect_insert(conn, Probe.__table__)  # type: ignore[arg-type]
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["run_id", "probe_key"],
+        set_={c: stmt.excluded[c] for c in PROBE_UPDATABLE},
+    )
+    for chunk in _chunks(rows, 2000):
+        conn.execute(stmt, chunk)
+    return _probe_ids(conn, rows[0]["run_id"], [r["probe_key"] for r in rows])
+
+
+def _copy_upsert_probes(
+    conn: Connection,
+    rows: Sequence[dict[str, Any]],
+    stored: Mapping[str, tuple[str, str]],
+    unchanged: set[str],
+) -> dict[str, int]:
+    """None of the keys stored (a first ingest): COPY straight into the table. Else COPY into a
+    staging table, then set-based statements that return the ids: a wave's raw output (the
+    largest part of a sweep) at close to COPY speed instead of a statement's parameters per row.
+    Raw output already stored byte for byte is not sent again: its stage row holds NULL, and the
+    stored row is updated but for its raw output, where the stored hash is still the one sent (a
+    row that changed meanwhile takes the plain upsert). The stage has the columns' types and no
+    default or NOT NULL, so it draws no ids."""
+    last = {r["probe_key"]: r for r in rows}  # one statement may not touch a key twice
+    run_id = rows[0]["run_id"]
+    table: Table = Probe.__table__  # type: ignore[assignment]
+    values = [[r[c] for c in PROBE_COLUMNS] for r in last.values()]
+    if not stored and _copy_if_new(conn, "probes", PROBE_COLUMNS, values, table):
+        return _probe_ids(conn, run_id, list(last))
+    raw_at = PROBE_COLUMNS.index("raw")
+    for row in values:
+        if row[1] in unchanged:
+            row[raw_at] = None
+    cols = ", ".join(PROBE_COLUMNS)
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in PROBE_UPDATABLE)
+    but_raw = ", ".join(f"{c} = s.{c}" for c in PROBE_UPDATABLE if c != "raw")
+    with _staged(conn, "probes", PROBE_COLUMNS, values, table) as stage:
+        found = list(
+            conn.exec_driver_sql(
+                f"INSERT INTO probes ({cols}) SELECT {cols} FROM {stage} WHERE raw IS NOT NULL "
+                f"ON CONFLICT (run_id, probe_key) DO UPDATE SET {sets} RETURNING probe_key, id"
+            )
+        )
+        found += conn.exec_driver_sql(
+            f"UPDATE probes p SET {but_raw} FROM {stage} s WHERE s.raw IS NULL "
+            "AND p.run_id = s.run_id AND p.probe_key = s.probe_key "
+            "AND p.raw_sha256 = s.raw_sha256 AND p.raw_codec = s.raw_codec RETURNING p.probe_key, p.id"
+        )
+    ids = {str(key): int(pid) for key, pid in found}
+    if missing := [r for key, r in last.items() if key not in ids]:
+        ids |= _plain_upsert_probes(conn, missing)
+    return ids
+
+
+def _stored_raw(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """probe key → (raw_sha256, raw_codec) of the keys already stored."""
+    found: dict[str, tuple[str, str]] = {}
+    for chunk_keys in _chunks(keys, 5000):
+        rows = conn.execute(
+            select(Probe.probe_key, Probe.raw_sha256, Probe.raw_codec).where(
+                Probe.run_id == run_id, _one_of(conn, Probe.probe_key, chunk_keys)
+            )
+        )
+        found.update({key: (sha, codec) for key, sha, codec in rows})
+    return found
+
+
 def _probe_ids(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, int]:
     ids: dict[str, int] = {}
     for chunk_keys in _chunks(keys, 5000):
         found = conn.execute(
-            select(Probe.probe_key, Probe.id).where(Probe.run_id == run_id, Probe.probe_key.in_(chunk_keys))
+            select(Probe.probe_key, Probe.id).where(
+                Probe.run_id == run_id, _one_of(conn, Probe.probe_key, chunk_keys)
+            )
         )
         ids.update({key: int(pid) for key, pid in found})
     return ids
+
+
+def _one_of(conn: Connection, column: Any, values: Sequence[Any]) -> Any:
+    """`column IN values`; on PostgreSQL `= ANY(array)`: one parameter, not one per value (a wave
+    has thousands), so neither side parses a statement the size of the list."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(column.type)))
+    return column.in_(values)
 
 
 def _single(nodes: Sequence[str]) -> str | None:

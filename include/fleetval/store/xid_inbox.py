@@ -35,7 +35,9 @@ def receive_lines(engine: Engine, rows: Sequence[tuple[str, str, str, str]], *, 
     with engine.begin() as conn:
         dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         stmt = dialect.insert(XidInbox).on_conflict_do_nothing(index_elements=["source_key"])
-        return int(conn.execute(stmt, values).rowcount or 0)
+        # An INSERT's rowcount is kept only when asked for (psycopg 3 closes its cursor at once).
+        result = conn.execute(stmt, values, execution_options={"preserve_rowcount": True})
+        return int(result.rowcount or 0)
 
 
 def dispatch_pending(engine: Engine, *, now: dt.datetime) -> dict[str, Any] | None:

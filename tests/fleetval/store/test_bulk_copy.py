@@ -1,11 +1,14 @@
-"""The PostgreSQL bulk paths (waves of at least COPY_MIN_ROWS probes, more than 500 verdicts) keep
-what the row-by-row paths guarantee: exact raw bytes, idempotent re-ingest, a refused value failing
-alone, a key stored meanwhile falling back to the upsert, COPY text equal to the bound values."""
+"""The PostgreSQL bulk paths (COPY through psycopg 3, for waves of at least COPY_MIN_ROWS probes and
+more than 500 verdicts) keep what the row-by-row paths guarantee: exact raw bytes, idempotent
+re-ingest, a refused value failing alone (refused by psycopg or by the server, mid-COPY), a key
+stored meanwhile falling back to the upsert, the COPY inside the caller's transaction, and the
+converted values equal to the bound ones."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import math
 from collections.abc import Iterator
@@ -16,7 +19,7 @@ import sqlalchemy as sa
 
 from fleetval.records import Result, Verdict
 from fleetval.store import repository as repo
-from fleetval.store.engine import make_engine
+from fleetval.store.engine import make_engine, store_url
 from fleetval.store.migrate import upgrade
 from fleetval.store.models import ESCAPE_MARK, Measurement, Probe, VerdictRow, escape_json
 from fleetval.store.repository import COPY_MIN_ROWS, MeasurementIn, ProbeIn, Store
@@ -49,6 +52,21 @@ def _probe(i: int, raw: str = RAW, value: float = 1.0) -> ProbeIn:
     )
 
 
+@pytest.mark.parametrize(
+    "url", ["postgresql://h/db", "postgres://h/db", "postgresql+psycopg2://u:p@h:5433/db?sslmode=require"]
+)
+def test_postgresql_is_opened_through_psycopg_3(url: str) -> None:
+    """Whichever PostgreSQL driver a URL names (Airflow Connections say psycopg2), the store uses
+    psycopg 3, whose COPY the bulk paths need; the rest of the URL is kept."""
+    parsed = store_url(url)
+    assert parsed.drivername == "postgresql+psycopg"
+    assert (parsed.host, parsed.database) == ("h", "db")
+    assert make_engine(url).dialect.driver == "psycopg"
+    assert store_url("postgresql+psycopg2://u:p@h:5433/db?sslmode=require").render_as_string(False) == (
+        "postgresql+psycopg://u:p@h:5433/db?sslmode=require"
+    )
+
+
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[Store]:
     engine = make_engine(pg_url)
@@ -75,6 +93,108 @@ def test_a_wave_reads_back_exactly_and_re_ingest_replaces_it(pg_store: Store) ->
     with pg_store.engine.connect() as conn:
         values = conn.execute(sa.select(Measurement.value)).scalars().all()
     assert values == [2.0] * (2 * WAVE)
+
+
+def _stored(store: Store, query: str) -> dict[Any, Any]:
+    with store.engine.connect() as conn:
+        return {tuple(r[:-1]) if len(r) > 2 else r[0]: r[-1] for r in conn.exec_driver_sql(query)}
+
+
+def test_a_re_ingest_rewrites_only_what_changed(pg_store: Store) -> None:
+    """Measurements become exactly the new ones (fewer, more, changed), and rows that did not
+    change are not rewritten (same row version, `xmin`); an unchanged verdict keeps its first
+    judgement, a changed one is replaced."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    wave = [_probe(i) for i in range(WAVE)]
+    pg_store.ingest(run_id, wave)
+    measured = "SELECT probe_id, seq, node, gpu, value, xmin::text FROM measurements"
+    judged = "SELECT subject, reason, judged_at, xmin::text FROM verdicts"
+    before_m, before_v = _stored(pg_store, measured), _stored(pg_store, judged)
+
+    again = list(wave)
+    again[0] = dataclasses.replace(wave[0], measurements=wave[0].measurements[:1])
+    extra = MeasurementIn("n001", "dcgm.test_result", 1.0, gpu="7")
+    again[1] = dataclasses.replace(wave[1], measurements=(*wave[1].measurements, extra))
+    again[2] = dataclasses.replace(wave[2], measurements=(wave[2].measurements[0], extra))
+    again[3] = dataclasses.replace(
+        wave[3], verdicts=tuple(dataclasses.replace(v, reason="changed") for v in wave[3].verdicts)
+    )
+    pg_store.ingest(run_id, again)
+
+    after_m, after_v = _stored(pg_store, measured), _stored(pg_store, judged)
+    ids = {p["probe_key"]: p["id"] for p in pg_store.probes(run_id, with_raw=False)}
+    expected = {
+        (ids[p.probe_key], seq, m.node, m.gpu, m.value) for p in again for seq, m in enumerate(p.measurements)
+    }
+    assert set(after_m) == expected
+    kept = set(before_m) & set(after_m)
+    assert len(kept) == len(expected) - 2  # probe 1's new row, probe 2's changed one
+    assert all(after_m[k] == before_m[k] for k in kept)
+    changed = {k for k in after_v if k[0].startswith("n003/")}
+    assert len(changed) == 5 and all(k[1] == "changed" for k in changed)
+    assert all(after_v[k] == before_v[k] for k in set(after_v) - changed)
+    assert all(k[2] > max(j for _, _, j in before_v) for k in changed)
+
+
+def test_raw_output_stored_again_is_not_sent_again_and_keeps_its_results(pg_store: Store) -> None:
+    """A wave of probe tasks retried (same bytes, no results yet): the rows are updated, the raw
+    output is kept as stored, the measurements parsed from it stay; changed bytes replace both."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    wave = [_probe(i) for i in range(WAVE)]
+    pg_store.ingest(run_id, wave)
+    later = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
+    retried = [dataclasses.replace(p, measurements=(), verdicts=(), started_at=later) for p in wave]
+    retried[7] = dataclasses.replace(retried[7], raw="new bytes \udcff")
+    sent: list[Any] = []
+    original = repo.copy_rows
+
+    def spy(conn: Any, table_name: str, columns: Any, rows: Any, **kwargs: Any) -> None:
+        rows = list(rows)
+        sent.extend(r for r in rows if table_name == "probes_stage")
+        original(conn, table_name, columns, rows, **kwargs)
+
+    repo.copy_rows = spy  # type: ignore[assignment]
+    try:
+        pg_store.ingest(run_id, retried)
+    finally:
+        repo.copy_rows = original  # type: ignore[assignment]
+    raw_at = repo.PROBE_COLUMNS.index("raw")
+    assert [r[1] for r in sent if r[raw_at] is not None] == [wave[7].probe_key]
+    stored = pg_store.probes(run_id)
+    assert [p["raw"] for p in stored] == [p.raw for p in retried]
+    assert {p["started_at"] for p in stored} == {later}
+    assert pg_store.count(Measurement) == 2 * (WAVE - 1) and pg_store.count(VerdictRow) == 5 * WAVE
+
+
+def test_raw_output_changed_meanwhile_is_written_whole(pg_store: Store) -> None:
+    """The stored hash no longer the one the caller saw (another attempt wrote meanwhile): the row
+    takes the plain upsert with its bytes, never a raw output that does not match its hash."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    pg_store.ingest(run_id, [_probe(i, raw="first ") for i in range(WAVE)])
+    rows = []
+    for i in range(WAVE):
+        raw = f"second n{i:03d}".encode()
+        rows.append(
+            {
+                "run_id": run_id,
+                "probe_key": f"r/n{i:03d}",
+                "tool": "dcgm",
+                "tool_version": None,
+                "nodes": [],
+                "spec": {},
+                "raw": raw,
+                "raw_codec": "utf-8/surrogateescape",
+                "raw_sha256": hashlib.sha256(raw).hexdigest(),
+                "exit_code": 0,
+                "started_at": None,
+                "finished_at": None,
+            }
+        )
+    believed = {r["probe_key"]: (r["raw_sha256"], r["raw_codec"]) for r in rows}  # stale
+    with pg_store.engine.begin() as conn:
+        ids = repo._copy_upsert_probes(conn, rows, believed, set(believed))
+    assert len(ids) == WAVE
+    assert [p["raw"] for p in pg_store.probes(run_id)] == [f"second n{i:03d}" for i in range(WAVE)]
 
 
 def test_a_wave_partly_stored_before_is_upserted(pg_store: Store) -> None:
@@ -125,24 +245,56 @@ def test_a_value_that_cannot_be_encoded_fails_alone_mid_copy(pg_store: Store) ->
     assert pg_store.count(Probe) == WAVE and pg_store.count(Measurement) == 2 * (WAVE - 1)
 
 
-def _old_copy_escape(value: Any) -> str:
-    """The format before the fast paths (every value through the same chain)."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, dict | list):
-        value = json.dumps(value, separators=(",", ":"))
-    elif isinstance(value, dt.datetime):
-        value = value.isoformat()
-    text = str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+def test_a_value_the_server_refuses_mid_copy_fails_alone(pg_store: Store) -> None:
+    """PostgreSQL refuses a row in the middle of the stream (a GPU id longer than its column, NUL
+    in a plain text column): the COPY ends, the transaction rolls back, the batch is split."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    wave = [_probe(i) for i in range(WAVE)]
+    too_long, nul = WAVE // 3, 2 * WAVE // 3
+    wave[too_long] = dataclasses.replace(
+        wave[too_long], measurements=(MeasurementIn("n", "dcgm.test_result", 1.0, gpu="g" * 65),)
+    )
+    wave[nul] = dataclasses.replace(
+        wave[nul], verdicts=(dataclasses.replace(VERDICT, subject="nul\x00subject"),) * 600
+    )
+    report = pg_store.ingest(run_id, wave)
+    assert set(report.unjudged) == {wave[too_long].probe_key, wave[nul].probe_key}
+    assert "StringDataRightTruncation" in report.unjudged[wave[too_long].probe_key]
+    assert "NUL" in report.unjudged[wave[nul].probe_key]
+    assert pg_store.count(Probe) == WAVE
+    assert pg_store.count(Measurement) == 2 * (WAVE - 2)
+    assert pg_store.count(VerdictRow) == 5 * (WAVE - 2)
 
 
+def test_a_copy_is_part_of_the_callers_transaction(pg_store: Store) -> None:
+    """Rows a COPY sent are undone with the transaction that sent them (a retried task starts
+    from what was committed, never from half a wave)."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    table: Any = Probe.__table__
+    rows = [
+        [run_id, f"r/n{i}", "dcgm", None, [], {}, b"x", "utf-8/surrogateescape", "0" * 64, 0, None, None]
+        for i in range(COPY_MIN_ROWS)
+    ]
+
+    def fail_after_the_copy() -> None:
+        with pg_store.engine.begin() as conn:
+            repo.copy_rows(conn, "probes", repo.PROBE_COLUMNS, rows, types_of=table)
+            sent = conn.execute(sa.select(sa.func.count()).select_from(Probe)).scalar_one()
+            raise RuntimeError(f"the task fails after the COPY of {sent} rows")
+
+    with pytest.raises(RuntimeError, match=f"COPY of {COPY_MIN_ROWS} rows"):
+        fail_after_the_copy()
+    assert pg_store.count(Probe) == 0
+
+
+# Values COPY's text format must escape or convert, and values the lossless columns escape.
+AWKWARD_TEXT = ["plain", "tab\there", "back\\slash", "cr\r lf\n", "", "\\N", "温度", "end\\"]
+AWKWARD_BYTES = [b"", b"\x00\xff\\", b"\\x41", bytes(range(256))]
 DOCS = [
     {"a": 1, "b": [1.5, None, True], "c": {"d": "plain"}},
     {"nul": "\x00", "surrogate": "\ud800", ESCAPE_MARK + "s": ESCAPE_MARK},
     {"nan": math.nan, "inf": [math.inf, -math.inf]},
-    {"path": "C:\\users\\x", "ctl": "tab\tnew\nline\rcr", "é": "温度"},
-    {1: "int key", "t": (1, 2)},
+    {"path": "C:\\users\\x", "ctl": "tab\tnew\nline\rcr", "é": "温度", "n": "\\N"},
     [],
     ["x", {"y": "\udcff"}],
     "a top-level string\t",
@@ -151,56 +303,69 @@ DOCS = [
 ]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=range(len(DOCS)))
-def test_copy_json_is_the_bound_value_in_copy_format(doc: Any) -> None:
-    assert repo._copy_json(doc) == _old_copy_escape(escape_json(doc))
-
-
-@pytest.mark.parametrize(
-    "value",
-    ["plain", "tab\there", "back\\slash", "cr\r lf\n", "", 0, -7, 2**40, 1.5, math.nan, True, None, "温度"],
-)
-def test_copy_escape_keeps_its_format(value: Any) -> None:
-    assert repo._copy_escape(value) == _old_copy_escape(value)
-
-
-def test_bytes_are_bytea_hex_in_copy_format() -> None:
-    assert repo._copy_escape(b"\x00\xff\\") == "\\\\x00ff5c"
-
-
-def test_column_by_column_blocks_are_the_per_value_format() -> None:
-    formats = [repo._copy_escape, repo._copy_escape, repo._copy_escape, repo._copy_json, repo._copy_escape]
-    rows: list[tuple[Any, ...]] = [
-        (1, 1.5, "plain", {"a": 1}, None),
-        (2, 2, "tab\there", {"b": "\x00"}, True),
-        (None, math.nan, "", [], b"\x01"),
-        (2**40, -0.0, "back\\slash", {"c": math.inf}, dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
+def test_awkward_values_read_back_exactly_through_copy(pg_store: Store) -> None:
+    """What COPY's text format escapes (tab, newline, CR, backslash, a literal `\\N`), bytes of
+    every value, NaN, JSON that needs the lossless escapes: each reads back as written."""
+    run_id = pg_store.ensure_run("r", suite="weekly", backend="sim")
+    table: Any = Measurement.__table__
+    values = [math.nan, math.inf, -0.0, 1e-300, None, 2.5]
+    rows = [
+        (None, seq, AWKWARD_TEXT[seq % len(AWKWARD_TEXT)], None, "m", values[seq % len(values)], None, doc)
+        for seq, doc in enumerate(DOCS * 2)
     ]
-    rows += [(i, float(i), f"s{i}", {"i": i}, "x") for i in range(2500)]  # more than one block
-    expected = "".join("\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in rows)
-    assert "".join(repo._copy_blocks(formats, rows)) == expected
-    clean: list[tuple[Any, ...]] = [
-        (i, float(i), f"s{i}", {}, "x") for i in range(10)
-    ]  # every column takes its shortcut
-    assert "".join(repo._copy_blocks(formats, clean)) == "".join(
-        "\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in clean
-    )
-    with pytest.raises(ValueError, match="values for 5 columns"):
-        list(repo._copy_blocks(formats, [(1, 2)]))
+    probes: Any = Probe.__table__
+    with pg_store.engine.begin() as conn:
+        raws = [
+            [run_id, f"k{i}", "t", None, [], {}, raw, "utf-8/surrogateescape", "0" * 64, None, None, None]
+            for i, raw in enumerate(AWKWARD_BYTES)
+        ]
+        repo.copy_rows(conn, "probes", repo.PROBE_COLUMNS, raws, types_of=probes)
+        probe_id = conn.execute(sa.select(sa.func.min(Probe.id))).scalar_one()
+        repo.copy_rows(
+            conn, "measurements", repo.MEASUREMENT_COLUMNS, [(probe_id, *r[1:]) for r in rows], types_of=table
+        )
+    with pg_store.engine.connect() as conn:
+        stored_raw = conn.execute(sa.select(Probe.raw).order_by(Probe.id)).scalars().all()
+        got = conn.execute(
+            sa.select(Measurement.node, Measurement.value, Measurement.attrs).order_by(Measurement.seq)
+        ).all()
+    assert [bytes(r) for r in stored_raw] == AWKWARD_BYTES
+    assert [node for node, _, _ in got] == [r[2] for r in rows]
+    assert [repr(value) for _, value, _ in got] == [repr(r[5]) for r in rows]
+    assert [json.dumps(attrs, sort_keys=True) for _, _, attrs in got] == [
+        json.dumps(r[7], sort_keys=True) for r in rows
+    ]
 
 
-def test_null_holding_and_converted_text_columns_in_blocks() -> None:
+@pytest.mark.parametrize("doc", [*DOCS, {1: "int key", "t": (1, 2)}], ids=range(len(DOCS) + 1))
+def test_json_text_is_what_binding_the_escaped_value_sends(doc: Any) -> None:
+    assert repo._json_text(doc) == json.dumps(escape_json(doc), separators=(",", ":"))
+
+
+def test_a_document_json_cannot_hold_is_refused_as_binding_refuses_it() -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        repo._json_text({"when": dt.datetime(2026, 12, 1)})
+
+
+def test_column_by_column_blocks_are_the_per_value_conversion() -> None:
     class _Conn:
         dialect = sa.create_engine("sqlite://").dialect
 
-    reason = repo._copy_formatter(_Conn(), VerdictRow.__table__, "reason")  # type: ignore[arg-type]
-    formats = [repo._copy_escape, repo._copy_escape, reason, repo._copy_escape]
+    table: Any = VerdictRow.__table__
+    columns = ("run_id", "reason", "evidence", "subject")
+    converts = [repo._bind_conversion(_Conn(), table, c) for c in columns]  # type: ignore[arg-type]
+    assert converts[0] is None and converts[2] is repo._json_text and converts[3] is None
     rows: list[tuple[Any, ...]] = [
-        (None, "a", "same reason", None),
-        (1, None, "nul\x00 reason", None),
-        (2.5, "b", "same reason", None),
-        (None, "c\td", "same reason", None),  # a COPY special: the column goes value by value
+        (1, "same reason", {"a": 1}, "s"),
+        (2, "nul\x00 reason", {"b": "\x00"}, None),
+        (None, "same reason", [], "tab\t"),
+        (3, None, {"c": math.inf}, "s"),  # a NULL: the reason column goes value by value
     ]
-    for block in (rows[:3], rows):
-        expected = "".join("\t".join(f(v) for f, v in zip(formats, row, strict=True)) + "\n" for row in block)
-        assert "".join(repo._copy_blocks(formats, block)) == expected
+    rows += [(i, f"r{i % 7}", {"i": i}, f"s{i}") for i in range(2500)]  # more than one block
+    expected = [tuple(v if f is None else f(v) for f, v in zip(converts, row, strict=True)) for row in rows]
+    assert [tuple(r) for block in repo._converted(converts, rows) for r in block] == expected
+    plain = [None] * 4
+    assert [tuple(r) for block in repo._converted(plain, rows) for r in block] == rows
+    for kinds in (converts, plain):
+        with pytest.raises(ValueError, match="values for 4 columns"):
+            list(repo._converted(kinds, [(1, 2)]))

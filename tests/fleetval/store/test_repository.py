@@ -92,6 +92,33 @@ def test_rejudging_a_probe_replaces_its_measurements_and_verdicts(store: Store) 
     assert verdict["node"] == "n1"
 
 
+def test_a_verdict_judged_again_to_the_same_outcome_keeps_its_first_judgement(store: Store) -> None:
+    """A retried task rewrites nothing it already stored; a changed outcome replaces the row."""
+    run_id = store.ensure_run("r", suite="weekly", backend="sim")
+    store.ingest(run_id, [_probe("r/p", "n1")])
+    [first] = store.verdicts(run_id)
+    store.attach_results(run_id, [("r/p", [], [dataclasses.replace(VERDICT, subject="n1")], "n1")])
+    assert store.verdicts(run_id) == [first]
+    changed = dataclasses.replace(VERDICT, subject="n1", reason="r2 failed again")
+    store.attach_results(run_id, [("r/p", [], [changed], "n1")])
+    [again] = store.verdicts(run_id)
+    assert (again["id"], again["reason"]) == (first["id"], "r2 failed again")
+    assert again["judged_at"] > first["judged_at"]
+
+
+def test_raw_output_stored_again_keeps_the_measurements_parsed_from_it(store: Store) -> None:
+    """A probe task retried stores the same bytes with no results yet: what was parsed from them
+    stays. Other bytes drop it (it was parsed from what they replace)."""
+    run_id = store.ensure_run("r", suite="weekly", backend="sim")
+    store.ingest(run_id, [_probe("r/p", "n1", n_measurements=3)])
+    store.ingest(run_id, [_probe("r/p", "n1", n_measurements=0)])
+    assert store.count(Measurement) == 3
+    store.ingest(run_id, [_probe("r/p", "n1", raw="other bytes\n", n_measurements=0)])
+    assert store.count(Measurement) == 0
+    store.ingest(run_id, [_probe("r/p", "n1", raw="other bytes\n", n_measurements=2)])
+    assert store.count(Measurement) == 2
+
+
 def test_attach_to_unknown_probe_is_an_error(store: Store) -> None:
     run_id = store.ensure_run("r", suite="weekly", backend="sim")
     with pytest.raises(KeyError, match="probes not stored"):
