@@ -446,6 +446,9 @@ def judge_fill(
     if isinstance(filled, Verdict):
         return filled
     evidence = {"baseline": first.to_json(), "during": second.to_json(), "fill": filled.to_json()}
+    if any(len(out.mig_uuids) != 1 or len(out.smi.mig_devices) != 1 for out in (first, second)):
+        reason = "a workload's container does not show the one MIG device it asked for"
+        return _verdict(c, r, node, Result.INCONCLUSIVE, reason, evidence)
     if not first.alloc_ok or first.matmul_tflops is None or not first.done:
         return _verdict(
             c,
@@ -500,7 +503,7 @@ def judge_visibility(node: str, during: Evidence | None) -> Verdict:
     if isinstance(out, Verdict):
         return out
     evidence = out.to_json()
-    if not out.listing or "mig" not in out.smi.tables:
+    if not out.mig_uuids or not out.smi.mig_devices:
         return _verdict(
             c, r, node, Result.INCONCLUSIVE, "no MIG device listed: not a MIG container", evidence
         )

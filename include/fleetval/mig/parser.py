@@ -24,7 +24,8 @@ parts are skipped. Decisions (no silent pass: a damaged part is an error, never 
   line (a table cut mid-row) and `Free` above `Total` are ParseErrors; a partial table cut after a
   complete row yields the rows it holds.
 - A line that starts like a part's line (`GPU <n>:`, `(UUID:`, `MIG <p> Device`, `GPU <n> Profile`)
-  must parse as one; a MIG device line must follow its GPU line (another line between is a break).
+  must parse as one; a MIG device line must follow its GPU line (another line between is a break),
+  and no GPU lists a MIG device index or UUID twice.
 - Numbers are ASCII digits of bounded length (`re.ASCII`; an Arabic-Indic "19" is no profile ID and
   `int()` never sees 5,000 digits).
 - Label values the records read must be what GFD writes: counts are ASCII digits, `capable` is
@@ -465,6 +466,8 @@ def _scan(text: str) -> _Found:
                 raise _error("unreadable nvidia-smi -L MIG device line", line)
             if devices is None:
                 raise _error("nvidia-smi -L MIG device line without its GPU line above it", line)
+            if any(d.index == int(m["index"]) or d.uuid == m["uuid"] for d in devices):
+                raise _error("nvidia-smi -L lists a MIG device twice", line)
             devices.append(MigDevice(m["profile"], int(m["index"]), m["uuid"]))
         elif _GPU_LINE_START.match(line) or "(UUID:" in line:
             m = _GPU_LINE.match(line)

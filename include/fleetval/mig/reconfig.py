@@ -224,11 +224,11 @@ def judge_advertised_in_time(change: Change, *, max_s: float | None = None) -> V
         evidence["seconds"] = seconds
         if seconds <= limit:
             reason = (
-                f"{change.config}: {wanted} advertised {seconds:.1f} s after the label (limit {limit:.0f} s)"
+                f"{change.config}: {wanted} advertised {seconds:.1f} s after the label (limit {limit:g} s)"
             )
             return _verdict(c, r, node, Result.PASS, reason, evidence, max_s=limit)
         reason = (
-            f"{change.config}: {wanted} advertised only {seconds:.1f} s after the label (limit {limit:.0f} s)"
+            f"{change.config}: {wanted} advertised only {seconds:.1f} s after the label (limit {limit:g} s)"
         )
         return _verdict(c, r, node, Result.FAIL, reason, evidence, max_s=limit)
     last = change.snapshots[-1]

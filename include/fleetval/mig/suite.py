@@ -32,6 +32,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -55,6 +56,7 @@ DEFAULT_CONFIG_MAP: Final = "default-mig-parted-config"
 VALIDATION_LABEL: Final = "fleetval.io/mig-validation"
 DISABLED: Final = "all-disabled"
 TOOL_CHANGE: Final = "mig-reconfig"
+PATCH_WORKERS: Final = 16
 ACTIONS: Final = {
     Result.ERROR: "look at the node: it may still be cordoned",
     Result.INCONCLUSIVE: "rerun mig_validation on this node",
@@ -467,6 +469,16 @@ def _not_run(node: str, reason: str) -> Verdict:
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
+# done(node, its snapshot now, every one since the change, the one before it): stop watching it?
+Done = Callable[[str, reconfig.NodeSnapshot, list[reconfig.NodeSnapshot], reconfig.NodeSnapshot], bool]
+
+
+def _moved(
+    snap: reconfig.NodeSnapshot, seen: list[reconfig.NodeSnapshot], before: reconfig.NodeSnapshot
+) -> bool:
+    """The MIG manager acted on the change: it said pending, or the node advertises something else.
+    (`success` alone may still be the old layout's, before the manager saw the new label.)"""
+    return "pending" in {s.state for s in seen} or reconfig.advertised(snap) != reconfig.advertised(before)
 
 
 def _snapshot(core: Any, node: str, clock: Clock) -> reconfig.NodeSnapshot:
@@ -498,7 +510,7 @@ def change_layouts(
     actions: NodeActions,
     targets: Mapping[str, str],
     *,
-    done: Callable[[str, reconfig.NodeSnapshot, list[reconfig.NodeSnapshot]], bool],
+    done: Done,
     watch_s: float,
     poll_s: float,
     clock: Clock = time.time,
@@ -508,18 +520,23 @@ def change_layouts(
 ) -> dict[str, reconfig.Change]:
     """Set each node's `nvidia.com/mig.config` to its target and read the nodes every `poll_s`
     until `done` says so for each, or `watch_s` has passed."""
-    before = {node: _snapshot(core, node, clock) for node in targets}
+    before = _snapshots(core, targets, clock)
     started: dict[str, float] = {}
-    for node, config in targets.items():
-        actions.set_labels(node, {reconfig.CONFIG_LABEL: config})
+
+    def label(node: str) -> None:
         started[node] = clock()
+        actions.set_labels(node, {reconfig.CONFIG_LABEL: targets[node]})
+
+    # All at once (16 in flight), so that no node's clock runs while the others are being labelled.
+    with ThreadPoolExecutor(max_workers=PATCH_WORKERS) as pool:
+        list(pool.map(label, sorted(targets)))
     seen: dict[str, list[reconfig.NodeSnapshot]] = {node: [] for node in targets}
     open_nodes = set(targets)
     begin = clock()
     while open_nodes:
         for node, snap in sorted(_snapshots(core, open_nodes, clock).items()):
             seen[node].append(snap)
-            if done(node, snap, seen[node]):
+            if done(node, snap, seen[node], before[node]):
                 open_nodes.discard(node)
         if not open_nodes or clock() - begin >= watch_s:
             break
@@ -607,10 +624,13 @@ def _layouts_on(
     return mig_catalog.node_layouts(config, config_name, mig_catalog.catalog()[planned.gpu], planned.gpus)
 
 
-def _settled(
-    expected: Mapping[str, dict[str, int] | None],
-) -> Callable[[str, reconfig.NodeSnapshot, list[reconfig.NodeSnapshot]], bool]:
-    def done(node: str, snap: reconfig.NodeSnapshot, _seen: list[reconfig.NodeSnapshot]) -> bool:
+def _settled(expected: Mapping[str, dict[str, int] | None]) -> Done:
+    def done(
+        node: str,
+        snap: reconfig.NodeSnapshot,
+        _seen: list[reconfig.NodeSnapshot],
+        _before: reconfig.NodeSnapshot,
+    ) -> bool:
         want = expected.get(node)
         if snap.state == "failed":
             return True
@@ -708,9 +728,13 @@ def refused_layout(
             store.add_verdicts(run_id, [verdict], node=node)
             verdicts.append(verdict)
 
-    def done(node: str, snap: reconfig.NodeSnapshot, seen: list[reconfig.NodeSnapshot]) -> bool:
-        states = {s.state for s in seen}
-        return snap.state == "failed" or (snap.state == "success" and "pending" in states)
+    def done(
+        node: str,
+        snap: reconfig.NodeSnapshot,
+        seen: list[reconfig.NodeSnapshot],
+        before: reconfig.NodeSnapshot,
+    ) -> bool:
+        return snap.state == "failed" or (snap.state == "success" and _moved(snap, seen, before))
 
     changes = change_layouts(
         core,
@@ -978,11 +1002,16 @@ def busy_reconfig(
     for node in names:
         samples[node].append(sample(node))
 
-    def done(node: str, snap: reconfig.NodeSnapshot, seen: list[reconfig.NodeSnapshot]) -> bool:
+    def done(
+        node: str,
+        snap: reconfig.NodeSnapshot,
+        seen: list[reconfig.NodeSnapshot],
+        before: reconfig.NodeSnapshot,
+    ) -> bool:
         samples[node].append(sample(node))
-        return (snap.state in ("failed", "success") and "pending" in {s.state for s in seen}) or samples[
-            node
-        ][-1].phase != "Running"
+        if samples[node][-1].phase != "Running" or snap.state == "failed":
+            return True
+        return snap.state == "success" and _moved(snap, seen, before)
 
     changes = change_layouts(
         core,

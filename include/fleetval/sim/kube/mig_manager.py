@@ -416,7 +416,7 @@ def _finish(cluster: SimKubeCluster, node: dict[str, Any], job: _Job, now: float
     if job.layouts is None or busy:
         node = _paused(cluster, node, False)
         _set_state(cluster, node, "failed")
-        mig.advertise_at[name] = now  # the old instances are advertised again
+        mig.advertise_at[name] = job.ends  # the old instances are advertised again
         return
     cluster.set_node_mig(name, job.target)
     node = _paused(cluster, node, False)
@@ -425,7 +425,7 @@ def _finish(cluster: SimKubeCluster, node: dict[str, Any], job: _Job, now: float
     delay = RESTART_S + (
         60.0 * float(slow.get("minutes", SLOW_ADVERTISE_MINUTES)) if slow is not None else 0.0
     )
-    mig.advertise_at[name] = now + delay * cluster.time_scale
+    mig.advertise_at[name] = job.ends + delay * cluster.time_scale  # timed from the step, not this pass
 
 
 def reconcile_mig(cluster: SimKubeCluster, now: float) -> float:
