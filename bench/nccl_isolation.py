@@ -26,13 +26,14 @@ Measured in the same run beside the policy: the same search deciding on a single
 (`SINGLE_COMPARISON`: margins of 1), the reference for what repeats and margins buy. A second
 table starts from a simulated sweep (every node in one pair, answers as noisy) with
 `SWEPT_POLICY`, as the isolation task does; a third times the replays of `resume_search`, which
-the task runs once per round. The load average is printed first; the last line is the headline
-(N = 256, 5 % noise).
+the task runs once per round. Then the rounds of the one-fault cells against the 3·log2(N)
+target. The load average is printed first; the last line is the headline (N = 256, 5 % noise).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
@@ -276,6 +277,17 @@ def main() -> None:
         print(f"{n:>5} {max(r for r, _ in runs):>4} replays, max {worst:>7.1f} ms CPU in all")
 
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\nrounds for one fault (1 bad node, 1 bad link; no prior) against 3·log2(N):")
+    for size in sizes:
+        target = 3 * math.log2(size)
+        for noise in NOISES:
+            one = [cells[(size, scenario, noise)] for scenario in ("1 bad node", "1 bad link")]
+            p95 = max(percentile(c.rounds, 0.95) for c in one)
+            worst = max(max(c.rounds) for c in one)
+            print(
+                f"  N = {size:>4}, {noise:>3.0%} noise: p95 {p95:>3}, max {worst:>3} (target {target:.0f}:"
+                f" p95 {'met' if p95 <= target else 'MISSED'}, max {'met' if worst <= target else 'MISSED'})"
+            )
     n = sizes[-1]
     parts = []
     for scenario in SCENARIOS[:3]:

@@ -28,9 +28,10 @@ Evidence, recounted after every round (`IsolationPolicy` margins; cleared and bl
    probed, and counts once), and at least `min_blame_partners` of them. A fleet with fewer
    cleared nodes than the margin needs every one of them to fail with it.
 3. A failing pair whose members are both cleared is a link question: the pair is re-probed, and
-   only its re-probes since both were cleared decide (the failures that raised the question were
-   chosen for failing) — failures ahead by `link_margin`: a bad link; passes ahead by
-   `link_clear_margin`: it was noise.
+   its answers since it first failed decide (that failure was chosen for failing, the later
+   answers were not) — failures ahead by `link_margin`: a bad link; passes ahead by
+   `link_clear_margin`: it was noise. Answers given before both were cleared count: the decision
+   waits for the clearing, the evidence does not.
 4. What is still open when a node or a link has had its cap of probes (or no partner is left)
    is `undetermined` with the candidates: nodes that failed and were neither cleared nor blamed,
    links neither confirmed nor cleared. An innocent node is never blamed to end the search.
@@ -38,10 +39,21 @@ Evidence, recounted after every round (`IsolationPolicy` margins; cleared and bl
 Rounds: each round is a set of node-disjoint pairs (a node's GPUs run one probe at a time).
 Without prior evidence the search starts with the *screen*: node i with node i + N/2 (N/2 pairs
 at once), `screen_repeats` times, so a bad node or link hides only if every screen probe of it
-flips. Then: link re-probes first, each suspect (a node with an unexplained failure) with a
-cleared partner it has not been paired with yet (distinct partners), then nodes that still need
-passes, with cleared partners or with each other. After a sweep, its pairs are the `prior`
-evidence and there is no screen (`SWEPT_POLICY`).
+flips. Then: link re-probes first; then each suspect (a node with an unexplained failure):
+
+- whose failures look like noise (each failing pair of it has passed, and has not failed again
+  since it first failed), with that partner again: one probe is evidence for both nodes and for
+  the link between them, so a flipped answer costs the rounds of one question, not of a
+  clearing and then a link question, one after the other;
+- with more passes than failing partners (it looks good), again with a cleared partner it
+  failed with: the same link question, asked while the answers also clear it;
+- otherwise with a cleared partner it has not been paired with yet (distinct partners: blame
+  counts partners, and a pair that failed twice points at a real fault);
+
+then nodes that still need passes, with cleared partners or with each other. A node's link
+questions cannot share a round (its GPUs run one probe at a time): the rounds of a search are set
+by the node with the most questions. After a sweep, its pairs are the `prior` evidence and there
+is no screen (`SWEPT_POLICY`).
 
 Each round depends on the answers before it. `locate_bad_nodes` asks a callable and waits;
 `resume_search` is the same search for a caller that runs probes elsewhere (an MPIJob per pair,
@@ -73,9 +85,10 @@ class IsolationPolicy:
     blame_margin: int
     link_margin: int
     min_blame_partners: int = 2
-    # Passes ahead that settle a link question as noise. 2 settles false alarms sooner (bench, 256
-    # nodes, 5 % noise: 11.9 rounds on average instead of 14.5) but misses a bad link whose
-    # re-probes pass twice running (1 of 500 placements at 1 % noise, 16 nodes): 3 by default.
+    # Passes ahead that settle a link question as noise. 2 settles false alarms sooner (bench, 500
+    # placements, 5 % noise: 256 nodes max 19-23 rounds instead of 22-23, 16 nodes p95 9-12
+    # instead of 10-13) but missed or wrongly confirmed a link in 7 of 500 placements at 256
+    # nodes (98.6 % correct, under the 99 % target): 3 by default.
     link_clear_margin: int = 3
     screen_repeats: int = 2  # without prior evidence: rounds of the screen matching first
     max_probes_per_node: int = 16  # an undecided node probed this often is undetermined
@@ -169,7 +182,6 @@ class _Search:
         self.policy = policy
         self.outcomes: dict[frozenset[str], list[bool]] = defaultdict(list)
         self.when: dict[frozenset[str], list[int]] = defaultdict(list)  # round of each outcome
-        self.cleared_at: dict[str, int] = {}
         self.partners: dict[str, set[str]] = defaultdict(set)
         self.passes: Counter[str] = Counter()
         self.seen: Counter[str] = Counter()
@@ -224,7 +236,6 @@ class _Search:
             )
             if self.passes[a] - against >= p.clear_margin:
                 self.cleared.add(a)
-                self.cleared_at[a] = self.rounds
         # A tiny fleet has fewer cleared partners than the margin: then every one must fail.
         margin = max(p.min_blame_partners, min(p.blame_margin, len(self.cleared)))
         for a in self.nodes:
@@ -236,10 +247,16 @@ class _Search:
                 self.blamed.add(a)
                 self.cleared.discard(a)
 
+    def _after_first_failure(self, edge: frozenset[str]) -> list[bool]:
+        """The pair's answers since it first failed: that failure was chosen for failing, the
+        later ones were not (a pair is asked at most once a round)."""
+        outcomes, when = self.outcomes[edge], self.when[edge]
+        first = min(r for h, r in zip(outcomes, when, strict=True) if not h)
+        return [h for h, r in zip(outcomes, when, strict=True) if r > first]
+
     def _link(self, edge: frozenset[str]) -> str:
         """bad | fine | undetermined | open, for a failing pair of two cleared nodes."""
-        since = max(self.cleared_at[n] for n in edge)
-        after = [h for h, r in zip(self.outcomes[edge], self.when[edge], strict=True) if r > since]
+        after = self._after_first_failure(edge)
         score = (len(after) - sum(after)) - sum(after)
         if score >= self.policy.link_margin:
             return "bad"
@@ -285,6 +302,24 @@ class _Search:
                 best, chosen = key, t
         return chosen
 
+    def _again(self, s: str, busy: set[str]) -> str | None:
+        """The partner suspect `s` is asked again with, if any (module doc, Rounds): one it failed
+        with, the question with the fewest answers first."""
+        failing = [
+            t for t in self.partners[s] if t not in self.blamed and False in self.outcomes[_edge(s, t)]
+        ]
+        after = {t: self._after_first_failure(_edge(s, t)) for t in failing}
+        if not failing:
+            return None
+        if not all(all(a) and True in self.outcomes[_edge(s, t)] for t, a in after.items()):
+            if self.passes[s] <= len(failing):
+                return None
+            # more passes than failing partners: s looks good; its failures with cleared partners
+            # are link questions, and asking them again counts toward clearing s too
+            failing = [t for t in failing if t in self.cleared]
+        free = [t for t in failing if t not in busy and len(after[t]) < self.policy.max_link_probes]
+        return min(free, key=lambda t: (len(after[t]), self.index[t]), default=None)
+
     def _screen(self, free: list[str]) -> list[Group]:
         """Fresh pairs among `free`, node i with node i + n/2 first (far apart in the order)."""
         n = len(free)
@@ -329,7 +364,7 @@ class _Search:
             if s in busy:
                 continue
             # no cleared node anywhere (a tiny or mostly broken fleet): pair undecided nodes
-            t = self._partner(s, cleared if cleared else undecided, busy)
+            t = self._again(s, busy) or self._partner(s, cleared if cleared else undecided, busy)
             if t is not None:
                 add(self._pair(s, t))
         suspect_set = set(suspects)

@@ -136,6 +136,64 @@ def test_a_flipped_failure_between_good_nodes_is_not_a_link() -> None:
     assert (result.bad, result.bad_links, result.undetermined, result.undetermined_links) == ((), (), (), ())
 
 
+def test_a_flipped_screen_answer_is_asked_again_with_the_same_partner() -> None:
+    """One probe then serves both nodes and the link: the flipped pair is asked again at once and
+    the search ends when its answers since the failure settle it, not after a clearing with new
+    partners followed by a link question."""
+    nodes = fleet(16)
+    result = locate_bad_nodes(nodes, fabric(flip=lambda j: j == 0))  # screen round 1, first pair
+    pair = ("r00-n00", "r00-n08")
+    assert (result.bad, result.bad_links, result.undetermined) == ((), (), ())
+    assert rounds_of(result)[2:] == [[pair], [pair]]
+    assert result.rounds == 4  # 2 screen rounds, then passes 2 and 3 since the failure
+
+
+def test_a_bad_nodes_failing_pair_is_not_asked_again_in_a_row() -> None:
+    """A pair that failed twice points at a real fault: its members get distinct partners (the
+    blame counts partners), both after the screen and after a sweep whose pair failed."""
+    nodes = fleet(16)
+    bad, partner = "r00-n02", "r00-n10"
+    result = locate_bad_nodes(nodes, fabric({bad}))
+    assert result.bad == (bad,)
+    later = [g for round_ in rounds_of(result)[2:] for g in round_]
+    with_bad = [g for g in later if bad in g]
+    assert (bad, partner) not in later and len(set(with_bad)) == len(with_bad) >= 3
+    sweep = resume_search(nodes, lambda g, a: None).next_round
+    prior = [ProbeRecord(g, bad not in g) for g in sweep]
+    swept = locate_bad_nodes(nodes, fabric({bad}), prior=prior, policy=SWEPT_POLICY)
+    assert swept.bad == (bad,) and (bad, partner) not in [r.group for r in swept.probes]
+
+
+def test_a_link_question_counts_the_answers_since_the_pair_first_failed() -> None:
+    """A bad link of the screen: its second screen failure counts toward the link (it was not
+    chosen for failing), so two re-probes once both ends are cleared confirm it."""
+    nodes = fleet(16)
+    link = ("r00-n03", "r00-n11")
+    result = locate_bad_nodes(nodes, fabric(links=[link]))
+    assert result.bad_links == (link,)
+    asked = [r for r in result.probes if r.group == link]
+    assert [r.healthy for r in asked] == [False] * 4 and result.rounds == 7
+
+
+def test_a_node_that_looks_good_asks_its_failures_again_while_it_clears() -> None:
+    """A node with more passes than failing partners re-asks a failure with a cleared partner
+    (a link question) instead of taking yet another new partner; a flipped answer there blames
+    nothing."""
+    nodes = fleet(16)
+    link = ("r00-n03", "r00-n11")
+    clean = locate_bad_nodes(nodes, fabric(links=[link]))
+    # flip the first answer of a clearing probe of r00-n03 (after the screen)
+    first = next(i for i, r in enumerate(clean.probes) if r.round > 2 and "r00-n03" in r.group)
+    calls: list[Group] = []
+    result = locate_bad_nodes(nodes, fabric(links=[link], calls=calls, flip=lambda j: j == first))
+    assert (result.bad, result.bad_links, result.undetermined) == ((), (link,), ())
+    flipped = calls[first]
+    asked = [k for k, round_ in enumerate(rounds_of(result), 1) if flipped in round_]
+    # asked again right after the node's third pass (before it is cleared), three times: the
+    # question and the clearing share those rounds (13 rounds when the question waited for it)
+    assert asked[1:] == [7, 8, 9] and result.rounds == 11
+
+
 def test_five_percent_noisy_answers_seeded() -> None:
     nodes = fleet(32)
     outcomes = []
