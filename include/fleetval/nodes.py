@@ -10,6 +10,8 @@ from typing import Any, Protocol
 # Labels and taints fleetval writes carry its own prefix.
 LABEL_PREFIX = "fleetval.io/"
 MAINTENANCE_TAINT = "fleetval.io/maintenance"
+# New nodes carry it (kubelet --register-with-taints, or rack_onboarding) until onboarding admits them.
+ONBOARDING_TAINT = "fleetval.io/onboarding"
 QUARANTINE_LABEL = "fleetval.io/quarantine"
 
 

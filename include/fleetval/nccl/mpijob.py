@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from fleetval.nccl.probe import DEFAULT_LAYOUT, NCCL_TESTS_BIN, processes_per_node
-from fleetval.nodes import MAINTENANCE_TAINT
+from fleetval.nodes import MAINTENANCE_TAINT, ONBOARDING_TAINT
 from fleetval.probes.pod import NAMESPACE, PROBE_LABEL, ProbeSpec, probe_label
 
 GROUP: Final = "kubeflow.org"
@@ -85,6 +85,7 @@ def _tolerations() -> list[dict[str, str]]:
     return [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": MAINTENANCE_TAINT, "operator": "Exists"},
+        {"key": ONBOARDING_TAINT, "operator": "Exists"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
     ]
 
