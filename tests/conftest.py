@@ -42,6 +42,7 @@ RBAC_FLOWS = (
     "test_probe_pod.py",
     "test_scenarios_on_sim.py",
     "test_ckpt_drill_dag.py",
+    "test_mig_dag.py",
 )
 
 

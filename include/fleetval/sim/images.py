@@ -736,16 +736,18 @@ def _run_nvidia_smi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out
 def _run_python(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
     """`python3 -c SCRIPT` for the MIG isolation probes' two scripts (fleetval.mig.isolation), on the
     MIG devices the container was given; any other Python exits 2 (not simulated)."""
-    script = argv[2] if len(argv) >= 3 and argv[1] == "-c" else None
+    # Compared without the final newline: the KubernetesPodOperator renders env values with Jinja,
+    # which drops it (Python runs the script the same).
+    script = argv[2].rstrip("\n") if len(argv) >= 3 and argv[1] == "-c" else None
     view = proc.ctx.mig
-    if script not in (WORKLOAD_SCRIPT, FILL_SCRIPT):
+    if script not in (WORKLOAD_SCRIPT.rstrip("\n"), FILL_SCRIPT.rstrip("\n")):
         raise _Unsupported(
             f"unsupported command: {argv[0]} (only fleetval's MIG probe scripts are simulated)"
         )
     if view is None or not view.devices:
         raise _Unsupported(f"unsupported command: {argv[0]} -c <MIG probe> without a MIG device")
     proc.elapsed += 15.0  # the interpreter, PyTorch and a CUDA context
-    if script == FILL_SCRIPT:
+    if script == FILL_SCRIPT.rstrip("\n"):
         listing = _nvidia_smi_mig(proc, view, ["nvidia-smi", "-L"])
         out.out(mig_sim.fill_lines(listing, [(d.instance.uuid, d.attrs.memory_mib) for d in view.devices]))
         proc.elapsed += 5.0

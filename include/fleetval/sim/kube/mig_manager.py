@@ -549,5 +549,5 @@ def container_started(
     cluster: SimKubeCluster, key: tuple[str, str, str], command: list[str], args: list[str]
 ) -> None:
     """A filler's devices are full from its start on (while the pod holds them)."""
-    if FILL_SCRIPT in (*command, *args) and key in state(cluster).held:
+    if FILL_SCRIPT.rstrip("\n") in (a.rstrip("\n") for a in (*command, *args)) and key in state(cluster).held:
         state(cluster).fillers.add(key)
