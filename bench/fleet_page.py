@@ -226,9 +226,12 @@ def fill(
         members = [n for n in names if rack_of[n] == rack]
         run_id = store.ensure_run(
             f"rack_onboarding/manual__{rack}",
-            suite="onboarding",
+            suite="rack_onboarding",
             backend="kubernetes",
-            meta={"report": {"rack": rack, "nodes": len(members), "in_service": len(members) - o, "held": o}},
+            meta={
+                "request": {"rack": rack},
+                "report": {"rack": rack, "nodes": len(members), "in_service": len(members) - o, "held": o},
+            },
         )
         store.add_verdicts(
             run_id,
@@ -540,7 +543,7 @@ def views(store: Store, nodes: list[str], cache: fh.FleetCells) -> dict[str, tup
         ),
         "onboarding": (
             lambda: pages.onboarding(engine, base="/fleet"),
-            "SELECT v.* FROM verdicts v JOIN runs r ON r.id = v.run_id WHERE r.suite LIKE 'onboarding%'",
+            "SELECT v.* FROM verdicts v JOIN runs r ON r.id = v.run_id WHERE r.suite = 'rack_onboarding'",
         ),
     }
 

@@ -118,8 +118,8 @@ def test_an_error_is_not_an_r2_and_onboarding_r2_counts(store: Store) -> None:
     weekly(store, "w", {"a": "error", "b": "fail"}, at=NOW - dt.timedelta(days=3))
     run(
         store,
-        "onboarding/1",
-        "onboarding",
+        "rack_onboarding/1",
+        "rack_onboarding",
         [v("D-DEV-01", "a", "warn")],
         at=NOW - dt.timedelta(days=10),
         node="a",
@@ -316,11 +316,11 @@ def test_kueue_and_onboarding_runs_newest_first_with_their_reports(store: Store)
     run(
         store,
         "rack_onboarding/1",
-        "onboarding",
+        "rack_onboarding",
         [v("D-DEV-01", "a", "pass")],
         at=NOW,
         node="a",
-        meta={"report": {"rack": "r1", "in_service": 1}},
+        meta={"request": {"rack": "r1"}, "report": {"rack": "r1", "in_service": 1}},
     )
     run(store, "rack_onboarding/2", "onboarding_rack", [], at=NOW, meta={"summary": "all held"})
     reports = fh.onboarding_reports(store.engine)
@@ -381,3 +381,20 @@ def test_runs_leaving_the_horizon_take_their_cells_with_them(store: Store) -> No
     later = cache.get(now=NOW)  # 20 days back from now no longer reaches w-old
     assert later.from_run > old and set(later.cells) == {"b"} and set(later.r2) == {"b"}
     assert later == fh.latest_cells(store.engine, from_run=later.from_run)
+
+
+def test_a_rack_onboarded_after_the_newest_weekly_sweep_is_in_the_inventory(store: Store) -> None:
+    weekly(store, "w", {"a": "pass"}, at=NOW - dt.timedelta(days=2), racks={"a": "r1"})
+    run(
+        store,
+        "rack_onboarding/r9",
+        "rack_onboarding",
+        [v("D-DEV-01", "n9", "warn")],
+        at=NOW,
+        node="n9",
+        meta={"request": {"rack": "r9"}},
+    )
+    run(store, "xid/z", "xid", [v("D-DEV-06", "z", "fail")], at=NOW, node="z")  # not an onboarding
+    grid = fh.fleet_grid(store.engine, now=NOW)
+    assert grid.inventory.rack_of == {"a": "r1", "n9": "r9"}
+    assert grid.cells["n9"]["device"].result == "warn"

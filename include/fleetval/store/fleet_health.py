@@ -39,7 +39,8 @@ NCCL_METRIC: Final = "nccl.busbw"
 NCCL_SUITE: Final = "post_upgrade_nccl"
 KUEUE_SUITE: Final = "kueue_contention"
 WEEKLY_SUITE: Final = "weekly"
-# The rack onboarding DAG's runs (its suite name); any suite starting with this counts.
+# The rack onboarding DAG's runs (suite `rack_onboarding`; any suite starting "onboarding" too).
+ONBOARDING_SUITES: Final = ("rack_onboarding",)
 ONBOARDING_SUITE_PREFIX: Final = "onboarding"
 UNKNOWN_RACK: Final = "(rack unknown)"
 
@@ -102,8 +103,10 @@ class Inventory:
 
 
 def inventory(engine: Engine, *, extra_nodes: Iterable[str] = ()) -> Inventory:
-    """The newest weekly plan's GPU nodes and racks, plus `extra_nodes` (rack from their node
-    events where one says, else unknown)."""
+    """The newest weekly plan's GPU nodes and racks, plus the nodes later onboarding runs judged
+    (a rack onboarded since) and `extra_nodes`; their racks from the run's request
+    (`meta.request.rack`, as rack onboarding keeps it) or their node events, else unknown."""
+    plan_run: int | None = None
     with engine.connect() as conn:
         for run_id, run_key, started_at in conn.execute(
             select(Run.id, Run.run_key, Run.started_at)
@@ -112,16 +115,46 @@ def inventory(engine: Engine, *, extra_nodes: Iterable[str] = ()) -> Inventory:
         ):
             plan = _plan_of(conn, int(run_id))
             if plan is not None:
-                source = {"run_id": int(run_id), "run_key": run_key, "started_at": _aware(started_at)}
+                plan_run = int(run_id)
+                source = {"run_id": plan_run, "run_key": run_key, "started_at": _aware(started_at)}
                 break
         else:
             plan, source = {}, None
     rack_of = {str(k): str(v) for k, v in (plan.get("rack_of") or {}).items()}
     skipped = {str(k): str(v) for k, v in (plan.get("skipped") or {}).items()}
-    missing = sorted(set(extra_nodes) - rack_of.keys())
+    later = _nodes_judged_after(engine, plan_run) if plan_run is not None else {}
+    missing = sorted((set(extra_nodes) | later.keys()) - rack_of.keys())
     if missing:
-        rack_of.update(_racks_from_events(engine, missing))
+        racks = _racks_from_events(engine, missing)
+        rack_of.update({n: later.get(n) or racks[n] for n in missing})
     return Inventory(rack_of, skipped, source)
+
+
+def _nodes_judged_after(engine: Engine, run_id: int) -> dict[str, str | None]:
+    """node → the rack its run asked for (or None), for nodes judged by onboarding runs after
+    `run_id` (a rack's worth of verdicts each)."""
+    out: dict[str, str | None] = {}
+    onboarding = or_(
+        Run.suite.in_(ONBOARDING_SUITES), Run.suite.startswith(ONBOARDING_SUITE_PREFIX, autoescape=True)
+    )
+    with engine.connect() as conn:
+        runs = {
+            int(r.id): r.meta
+            for r in conn.execute(select(Run.id, Run.meta).where(Run.id > run_id, onboarding))
+        }
+        if not runs:
+            return out
+        for node, judged_by in conn.execute(
+            select(VerdictRow.node, VerdictRow.run_id)
+            .where(VerdictRow.run_id.in_(list(runs)), VerdictRow.node.is_not(None))
+            .distinct()
+        ):
+            meta = runs.get(int(judged_by)) or {}
+            request = meta.get("request") if isinstance(meta, dict) else None
+            rack = request.get("rack") if isinstance(request, dict) else None
+            if node is not None and out.get(node) is None:
+                out[node] = str(rack) if rack else None
+    return out
 
 
 def _plan_of(conn: Any, run_id: int) -> dict[str, Any] | None:
@@ -320,7 +353,7 @@ class FleetCells:
         self._state: Cells | None = None
         self._mark: dt.datetime | None = None  # the newest judged_at seen
         self._recent = 0  # verdicts judged within the margin before it
-        self._inventory: tuple[int, Inventory] | None = None
+        self._inventory: tuple[tuple[int | None, int | None], Inventory] | None = None
         self._full_at = 0.0
         self.last_refresh = "none"  # full, delta or cached: what the last call did
 
@@ -370,15 +403,17 @@ class FleetCells:
             return self._state
 
     def inventory(self) -> Inventory:
-        """`inventory(engine)`, kept while the newest weekly run is the same and had its plan."""
+        """`inventory(engine)`, kept while no run was added and the newest weekly run had its plan."""
         with self.engine.connect() as conn:
             newest = conn.execute(select(func.max(Run.id)).where(Run.suite == WEEKLY_SUITE)).scalar()
+            last = conn.execute(select(func.max(Run.id))).scalar()
+        key = (newest, last)
         cached = self._inventory
-        if cached is not None and cached[0] == newest and newest is not None:
+        if cached is not None and cached[0] == key and newest is not None:
             return cached[1]
         inv = inventory(self.engine)
         fresh = newest is not None and inv.source is not None and inv.source["run_id"] == newest
-        self._inventory = (newest, inv) if fresh and newest is not None else None
+        self._inventory = (key, inv) if fresh else None
         return inv
 
     def _fingerprint(self) -> tuple[dt.datetime | None, int]:
@@ -872,12 +907,14 @@ def suite_runs(
     with_verdicts: int = 1,
     verdict_limit: int = 2000,
 ) -> list[SuiteRun]:
-    """The newest `limit` runs of these suites (or of every suite starting with `suite_prefix`),
+    """The newest `limit` runs of these suites (and of every suite starting with `suite_prefix`),
     newest first; the first `with_verdicts` of them with their verdicts (at most `verdict_limit`
     each, worst first)."""
     query = select(Run.id, Run.run_key, Run.suite, Run.started_at, Run.finished_at, Run.meta)
     if suite_prefix is not None:
-        query = query.where(Run.suite.startswith(suite_prefix, autoescape=True))
+        query = query.where(
+            or_(Run.suite.in_(list(suites)), Run.suite.startswith(suite_prefix, autoescape=True))
+        )
     else:
         query = query.where(Run.suite.in_(list(suites)))
     out: list[SuiteRun] = []
@@ -940,9 +977,9 @@ def kueue_results(engine: Engine, *, limit: int = 10) -> list[SuiteRun]:
 
 
 def onboarding_reports(engine: Engine, *, limit: int = 20) -> list[SuiteRun]:
-    """The newest onboarding runs (suite `onboarding…`), the newest with its verdicts; each run's
-    stored report is in its meta (`report` or `summary`)."""
-    return suite_runs(engine, suite_prefix=ONBOARDING_SUITE_PREFIX, limit=limit)
+    """The newest rack onboarding runs (suite `rack_onboarding`, or `onboarding…`), the newest
+    with its verdicts; each run's stored report is in its meta (`report` or `summary`)."""
+    return suite_runs(engine, suites=ONBOARDING_SUITES, suite_prefix=ONBOARDING_SUITE_PREFIX, limit=limit)
 
 
 def report_of(run: SuiteRun) -> Mapping[str, Any] | str | None:
