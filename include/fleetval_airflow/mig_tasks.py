@@ -345,7 +345,14 @@ def report(fv_run: int) -> dict[str, Any]:
 
     store = config.store()
     meta = store.run_meta(fv_run)
-    suite.missing_verdicts(store, fv_run, list(meta.get("mig_taken") or []))
+    if "mig_plan" not in meta:
+        store.finish_run(fv_run)
+        raise RuntimeError("no plan was made (the plan task failed): no node was checked")
+    if not _setting("dry_run"):
+        suite.missing_verdicts(store, fv_run, list(meta.get("mig_taken") or []))
+        suite.nothing_taken(
+            store, fv_run, suite.MigPlan.from_json(meta["mig_plan"]), meta.get("mig_taken") or []
+        )
     summary = suite.summarize(store.verdicts(fv_run))
     store.update_run_meta(fv_run, summary=summary)
     store.finish_run(fv_run)

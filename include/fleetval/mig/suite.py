@@ -1133,6 +1133,26 @@ def missing_verdicts(store: Store, run_id: int, taken: Sequence[str]) -> list[Ve
     return missing
 
 
+def nothing_taken(store: Store, run_id: int, mig_plan: MigPlan, taken: Sequence[str]) -> Verdict | None:
+    """An `inconclusive` verdict on the pool when it has MIG nodes and this run could check none of
+    them (every one busy, cordoned, unsettled…): a week without MIG validation is said, not passed."""
+    if taken or not mig_plan.fleet_size:
+        return None
+    why = Counter(mig_plan.skipped.values()).most_common(3)
+    listed = ", ".join(f"{n} {reason}" for reason, n in why) or "none eligible"
+    verdict = Verdict(
+        "D-GPU-MIG-01",
+        "mig-pool",
+        Result.INCONCLUSIVE,
+        ACTIONS[Result.INCONCLUSIVE],
+        "mig-validation-node-not-taken-v1",
+        f"none of the {mig_plan.fleet_size} MIG-capable nodes could be checked this run ({listed})",
+        {"skipped": mig_plan.skipped, "deferred": list(mig_plan.deferred)},
+    )
+    store.add_verdicts(run_id, [verdict])
+    return verdict
+
+
 def summarize(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Counts per criterion and result, and one line per verdict that did not pass."""
     rows = list(verdicts)

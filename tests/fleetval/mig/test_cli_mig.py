@@ -35,6 +35,12 @@ def test_parse_catalog_and_check(capsys: pytest.CaptureFixture[str]) -> None:
         capsys, "mig", "check", "--gpu", "H100-80GB", "2g.20gb", "2g.20gb", "2g.20gb", "2g.20gb"
     )
     assert code == 0 and out["allowed"] is False and any("at most 3" in r for r in out["reasons"])
+    code, out, _ = run(
+        capsys, "mig", "check", "--gpu", "0x233510DE", "1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"
+    )
+    assert code == 0 and out["gpu"] == "H200-141GB" and out["allowed"] is True  # by PCI device id
+    code, out, _ = run(capsys, "mig", "catalog", "--gpu", "B200-180GB")
+    assert out["B200-180GB"]["device_ids"] == ["0x290110DE"]
     code, out, err = run(capsys, "mig", "check", "--gpu", "Voodoo-5", "1g.10gb")
     assert code == 1 and out is None and err.startswith("error: ") and err.count("\n") == 1
 

@@ -241,3 +241,17 @@ def test_layouts_the_gpu_cannot_hold_or_the_strategy_cannot_sell_are_left_out() 
     )
     assert plan.nodes[0].layouts == ("all-disabled", "all-balanced")  # a change to time, ending on MIG
     assert plan.nodes[0].busy_target == "all-1g.10gb"
+
+
+def test_a_run_that_could_check_no_node_says_so(store: Any) -> None:
+    run = store.ensure_run("mig/none", suite=suite.SUITE, backend="kubernetes", meta={})
+    plan = suite.plan(
+        [node("a"), node("b")], {"a": 1, "b": 3}, "ns/cm", CONFIG, budget=DiagnosisBudget(1.0, 1.0)
+    )
+    verdict = suite.nothing_taken(store, run, plan, [])
+    assert verdict is not None and verdict.subject == "mig-pool" and verdict.result.value == "inconclusive"
+    assert verdict.reason.startswith("none of the 2 MIG-capable nodes could be checked this run (1 busy")
+    assert [v["result"] for v in store.verdicts(run)] == ["inconclusive"]
+    assert suite.nothing_taken(store, run, plan, ["a"]) is None
+    empty = suite.plan([], {}, "ns/cm", CONFIG, budget=DiagnosisBudget(1.0, 1.0))
+    assert suite.nothing_taken(store, run, empty, []) is None  # no MIG pool: nothing to say
