@@ -37,6 +37,9 @@ VIEWER_PASSWORD = "fleetval-viewer"
 # Probes last 2 % of their real time (an r2 about 3 s) and stay on their worker: deferral is for
 # real diagnostics (minutes); a trigger firing seconds after the deferral races Airflow's bookkeeping.
 TIME_SCALE = 0.02
+# How long a run may take before the demo gives up: a 2-core machine busy with other work needs
+# several times the few minutes the weekly sweep takes on a quiet one (one wave at a time).
+RUN_TIMEOUT_S = 3600
 
 
 def fleetval(*args: str) -> None:
@@ -78,7 +81,7 @@ def main() -> int:
         airflow.unpause("weekly_health_sweep")
         run = airflow.first_run("weekly_health_sweep")
         print(f"== weekly_health_sweep run {run} started by its schedule (waves: weekly_health_sweep_wave)")
-        print(f"== run {airflow.wait_run('weekly_health_sweep', run)}")
+        print(f"== run {airflow.wait_run('weekly_health_sweep', run, timeout_s=RUN_TIMEOUT_S)}")
         print()
         fleetval("verdicts", "--db", db)
         print()
@@ -97,7 +100,9 @@ def main() -> int:
         inject = ["sim", "inject-xid", str(FLEET), "--db", db, *nodes, "--code", "79", "--gpu", "2"]
         subprocess.run([sys.executable, "-m", "fleetval.cli", *inject], check=True, stdout=subprocess.DEVNULL)
         run = airflow.first_run("xid_remediation")
-        print(f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run)}")
+        print(
+            f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run, timeout_s=RUN_TIMEOUT_S)}"
+        )
         print()
         fleetval("verdicts", "--db", db)
         print()
@@ -107,7 +112,7 @@ def main() -> int:
             f"== kueue_contention run {run} (its weekly slot): the shipped Kueue scenarios, one at a "
             "time, on the simulated cluster's Kueue"
         )
-        print(f"== run {airflow.wait_run('kueue_contention', run)}")
+        print(f"== run {airflow.wait_run('kueue_contention', run, timeout_s=RUN_TIMEOUT_S)}")
         print()
         fleetval("verdicts", "--db", db)
         print()
