@@ -101,7 +101,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "fleetval.cli", *inject], check=True, stdout=subprocess.DEVNULL)
         run = airflow.first_run("xid_remediation")
         print(
-            f"== xid_remediation run {run}: {airflow.wait_run('xid_remediation', run, timeout_s=RUN_TIMEOUT_S)}"
+            f"== xid_remediation run {run}: "
+            f"{airflow.wait_run('xid_remediation', run, timeout_s=RUN_TIMEOUT_S)}"
         )
         print()
         fleetval("verdicts", "--db", db)
