@@ -21,6 +21,7 @@ LEVELS: list[set[str]] = [
     {"nodes", "fleet", "policy", "k8s", "store"},
     {"probes", "remediation"},
     {"nvidia_smi", "dcgm", "xid", "nccl", "kueue", "mig", "ckpt", "gpu_operator"},
+    {"onboarding"},  # composes the tools' checks: rack onboarding
     {"sim"},
     {"settings", "cli"},
 ]
