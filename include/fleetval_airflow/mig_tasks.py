@@ -60,6 +60,36 @@ def _context(fv_run: int) -> tuple[Any, Any, Any, Any, list[str]]:
     return store, plan, meta.get("mig_config") or {}, meta, list(meta.get("mig_taken") or [])
 
 
+def _on_taken(fv_run: int, step: str, **extra: Any) -> Any:
+    """Run `fleetval.mig.suite.<step>` on the nodes this run took, with the store, the API clients,
+    the plan and the watch settings every node-changing step takes; None when none was taken."""
+    from fleetval.mig import suite
+    from fleetval_airflow import config
+
+    store, mig_plan, mig_config, meta, taken = _context(fv_run)
+    if not taken:
+        return None
+    kube = config.kube()
+    if step in ("apply_layouts", "restore"):
+        extra["config"] = mig_config
+    return getattr(suite, step)(
+        store,
+        fv_run,
+        kube.core,
+        kube,
+        mig_plan,
+        taken,
+        run_key=meta["run_key"],
+        watch_s=_watch_s(),
+        poll_s=_poll_s(),
+        **extra,
+    )
+
+
+def _not_probed(fv_run: int) -> dict[str, str]:
+    return dict(_meta(fv_run)[1].get("mig_not_probed") or {})
+
+
 @task
 @outage_is_one_line
 def open_run() -> int:
@@ -137,28 +167,9 @@ def take(fv_run: int) -> list[str]:
 def apply_layouts(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-01 (advertised within N minutes, the time stored) and D-GPU-MIG-05 (sold as its
     profile) for each layout of each taken node."""
-    from fleetval.mig import suite
-    from fleetval_airflow import config
-
-    store, mig_plan, mig_config, meta, taken = _context(fv_run)
-    if not taken:
-        return []
-    kube = config.kube()
     limit = _setting("advertise_max_minutes")
-    verdicts = suite.apply_layouts(
-        store,
-        fv_run,
-        kube.core,
-        kube,
-        mig_plan,
-        taken,
-        mig_config,
-        run_key=meta["run_key"],
-        max_s=None if limit is None else 60.0 * float(limit),
-        watch_s=_watch_s(),
-        poll_s=_poll_s(),
-    )
-    return [v.to_json() for v in verdicts]
+    verdicts = _on_taken(fv_run, "apply_layouts", max_s=None if limit is None else 60.0 * float(limit))
+    return [v.to_json() for v in verdicts or []]
 
 
 def _probes(fv_run: int, phase: str) -> list[dict[str, Any]]:
@@ -257,53 +268,23 @@ def judge_isolation(fv_run: int) -> list[dict[str, Any]]:
 @outage_is_one_line
 def refused_layout(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-02: a layout the catalog refuses is refused, `failed` on the node."""
-    from fleetval.mig import suite
-    from fleetval_airflow import config
-
-    store, mig_plan, _config, meta, taken = _context(fv_run)
-    if not taken:
-        return []
-    kube = config.kube()
-    verdicts = suite.refused_layout(
-        store,
-        fv_run,
-        kube.core,
-        kube,
-        mig_plan,
-        taken,
-        run_key=meta["run_key"],
-        watch_s=_watch_s(),
-        poll_s=_poll_s(),
-    )
-    return [v.to_json() for v in verdicts]
+    return [v.to_json() for v in _on_taken(fv_run, "refused_layout") or []]
 
 
 @task(trigger_rule="all_done", retries=0)
 @outage_is_one_line
 def busy_reconfig(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-06: a layout change while a pod works on an instance is refused or waits."""
-    from fleetval.mig import suite
     from fleetval_airflow import config
 
-    store, mig_plan, _config, meta, taken = _context(fv_run)
-    if not taken:
-        return []
-    kube = config.kube()
-    verdicts = suite.busy_reconfig(
-        store,
+    verdicts = _on_taken(
         fv_run,
-        kube.core,
-        kube,
-        mig_plan,
-        taken,
-        run_key=meta["run_key"],
+        "busy_reconfig",
         namespace=config.settings().namespace,
         image=_setting("image"),
-        watch_s=_watch_s(),
-        poll_s=_poll_s(),
-        not_probed=meta.get("mig_not_probed") or {},
+        not_probed=_not_probed(fv_run),
     )
-    return [v.to_json() for v in verdicts]
+    return [v.to_json() for v in verdicts or []]
 
 
 @task(trigger_rule="all_done")
@@ -311,27 +292,11 @@ def busy_reconfig(fv_run: int) -> list[dict[str, Any]]:
 def restore(fv_run: int) -> dict[str, bool]:
     """Each taken node back on its original layout and uncordoned (a node that does not come back
     stays cordoned, with an `error` verdict): whatever the checks did."""
-    from fleetval.mig import suite
     from fleetval_airflow import config
 
-    store, mig_plan, mig_config, meta, taken = _context(fv_run)
-    if not taken:
-        return {}
-    kube = config.kube()
-    back = suite.restore(
-        store,
-        fv_run,
-        kube.core,
-        kube,
-        mig_plan,
-        taken,
-        mig_config,
-        run_key=meta["run_key"],
-        watch_s=_watch_s(),
-        poll_s=_poll_s(),
-    )
-    store.update_run_meta(fv_run, mig_restored=back)
-    return back
+    back = _on_taken(fv_run, "restore") or {}
+    config.store().update_run_meta(fv_run, mig_restored=back)
+    return dict(back)
 
 
 @task(trigger_rule="all_done", retries=0)  # a finding is not retried

@@ -100,7 +100,9 @@ def test_each_mig_fault_is_caught_on_its_criterion_and_every_node_comes_back(sim
     taken = suite.take(store, run, core, actions, plan, run_key="t")
     assert taken == [n.node for n in plan.nodes]
     assert all(core.read_node(n).spec.unschedulable for n in taken)
-    suite.apply_layouts(store, run, core, actions, plan, taken, config, run_key="t", max_s=LIMIT_S, **steps)
+    suite.apply_layouts(
+        store, run, core, actions, plan, taken, config=config, run_key="t", max_s=LIMIT_S, **steps
+    )
     ready = suite.probe_ready(core, plan, taken)
     not_probed = {n: why for n, why in ready.items() if why}
     assert list(not_probed) == ["r01-n06"]  # it sells its instances as whole GPUs: no MIG resource
@@ -129,7 +131,7 @@ def test_each_mig_fault_is_caught_on_its_criterion_and_every_node_comes_back(sim
         **steps,
     )
     suite.refused_layout(store, run, core, actions, plan, taken, run_key="t", **steps)
-    back = suite.restore(store, run, core, actions, plan, taken, config, run_key="t", **steps)
+    back = suite.restore(store, run, core, actions, plan, taken, config=config, run_key="t", **steps)
     assert back == dict.fromkeys(taken, True)
     suite.missing_verdicts(store, run, taken)
 
