@@ -76,7 +76,7 @@ from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
             None, type=["null", "string"], title="Probe image (empty: the pinned NGC PyTorch image)"
         ),
     },
-    tags=[Tag.LAYER_OPERATOR, Tag.SCHEDULE_WEEKLY, Tag.SCHEDULE_MANUAL, Tag.OWNER],
+    tags=[Tag.LAYER_SHARING, Tag.SCHEDULE_WEEKLY, Tag.SCHEDULE_MANUAL, Tag.OWNER],
     doc_md=__doc__,
 )
 def mig_validation() -> None:

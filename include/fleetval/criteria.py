@@ -183,7 +183,12 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-SCHED-05": "kueue_contention: d-sched-05-preempt-resume (preemption and re-admission)",
     "D-SCHED-06": "kueue_contention: d-sched-06-gang (quota gang of a pod group)",
     "D-SCHED-07": "kueue_contention: Kueue's newest event vs kueue.reasons.waiting_reason",
-    "D-GPU-MIG-05": "kueue_contention: x-06-mig-profiles (MIG profiles as ClusterQueue quota)",
+    "D-GPU-MIG-01": "mig_validation: apply_layouts, the layout's resources advertised within N min (mig.reconfig)",
+    "D-GPU-MIG-02": "mig_validation: refused_layout, a config the catalog refuses ends failed (mig.reconfig)",
+    "D-GPU-MIG-03": "mig_validation: a workload probe before/while its neighbours are full (mig.isolation)",
+    "D-GPU-MIG-04": "mig_validation: what the workload's container sees beside full neighbours (mig.isolation)",
+    "D-GPU-MIG-05": "kueue_contention: x-06-mig-profiles (quota); mig_validation: instances sold as their profile",
+    "D-GPU-MIG-06": "mig_validation: busy_reconfig, a layout change under running work (mig.reconfig)",
     "D-GPU-TS-01": "gpu_operator_validation: each GPU node's advertised units vs GFD (mig.sharing)",
     **{
         f"D-JOB-CKPT-0{i}": "checkpoint_resume_drill and fleetval drill run (ckpt.judge)" for i in range(1, 8)

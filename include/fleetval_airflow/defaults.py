@@ -33,6 +33,7 @@ class Tag(enum.StrEnum):
     LAYER_DEVICE = "layer:device"
     LAYER_NETWORK = "layer:network"
     LAYER_SCHEDULING = "layer:scheduling"
+    LAYER_SHARING = "layer:sharing"
     LAYER_JOB = "layer:job"
     SCHEDULE_WEEKLY = "schedule:weekly"
     SCHEDULE_EVENT = "schedule:event"

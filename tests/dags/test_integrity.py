@@ -21,12 +21,15 @@ EXPECTED_DAGS = {
     "kueue_contention",
     "checkpoint_resume_drill",
     "gpu_operator_validation",
+    "mig_validation",
+    "rack_onboarding",
 }
 ALLOWED_TAGS = {
     "layer:operator",
     "layer:device",
     "layer:network",
     "layer:scheduling",
+    "layer:sharing",
     "layer:job",
     "schedule:weekly",
     "schedule:event",

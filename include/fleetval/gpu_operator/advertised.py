@@ -30,7 +30,8 @@ MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
 REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
 SHARED_STRATEGIES: Final = frozenset({"time-slicing", "mps"})
-_MIG_COUNT_LABEL: Final = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\+me)?)\.count$")
+# GFD and the device plugin spell a profile's `+` as `.` (1g.10gb+me → nvidia.com/mig-1g.10gb.me).
+_MIG_COUNT_LABEL: Final = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.(?:me|gfx)(?:\.all)?)?)\.count$")
 ACTIONS: Final = {  # a verdict's action is at most 64 characters (the store's column)
     Result.PASS: "none",
     Result.WARN: "none (the device layer owns the withdrawn GPU)",

@@ -29,6 +29,7 @@ from fleetval.nodes import NodeInfo
 DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
 GPU_NODE_SELECTOR: Final = "nvidia.com/gpu.present=true"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 PAGE: Final = 500
 CONFLICT_RETRIES: Final = 8
 PROBE_POD_SELECTOR: Final = "app.kubernetes.io/part-of=fleetval,fleetval.io/probe"
@@ -132,17 +133,7 @@ class KubeCluster:
 
     def gpu_pods_per_node(self) -> dict[str, int]:
         """Pods holding GPUs on each node: bound and not finished (Pending on a node holds its GPUs too)."""
-        counts: dict[str, int] = {}
-        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-        pages = paged(
-            lambda token: self.core.list_pod_for_all_namespaces(
-                field_selector=selector, limit=PAGE, _continue=token
-            )
-        )
-        for pod in pages:
-            if _holds_gpus(pod):
-                counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
-        return counts
+        return gpu_pods_per_node(self.core)
 
     # --- probe pods -----------------------------------------------------------------------------
     def prune_failed_probe_pods(self, namespace: str, *, keep: int = KEEP_FAILED_PODS) -> list[str]:
@@ -240,9 +231,32 @@ class KubeCluster:
         )
 
 
+def is_gpu_resource(name: str) -> bool:
+    """A resource that hands a pod (part of) a GPU: `nvidia.com/gpu`, its time-sliced
+    `nvidia.com/gpu.shared`, or a MIG device `nvidia.com/mig-<profile>` (mixed strategy)."""
+    return name == GPU_RESOURCE or name.startswith((GPU_RESOURCE + ".", MIG_RESOURCE_PREFIX))
+
+
 def _holds_gpus(pod: Any) -> bool:
     containers = [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]
-    return any(
-        GPU_RESOURCE in ((c.resources and (c.resources.limits or c.resources.requests)) or {})
-        for c in containers
+    for c in containers:
+        resources = c.resources
+        sections = (resources.limits, resources.requests) if resources else ()
+        if any(is_gpu_resource(str(name)) for section in sections for name in section or {}):
+            return True
+    return False
+
+
+def gpu_pods_per_node(core: Any) -> dict[str, int]:
+    """Pods holding a GPU, a shared GPU or a MIG device on each node: bound and not finished
+    (Pending on a node holds its GPUs too). A MIG node whose tenants asked for `nvidia.com/mig-*`
+    is not idle."""
+    counts: dict[str, int] = {}
+    selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+    pages = paged(
+        lambda token: core.list_pod_for_all_namespaces(field_selector=selector, limit=PAGE, _continue=token)
     )
+    for pod in pages:
+        if _holds_gpus(pod):
+            counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
+    return counts

@@ -39,7 +39,7 @@ from typing import Any, Final
 from kubernetes.client.exceptions import ApiException
 
 from fleetval.errors import FleetvalError
-from fleetval.k8s.cluster import GPU_NODE_SELECTOR, PAGE, paged
+from fleetval.k8s.cluster import GPU_NODE_SELECTOR, PAGE, gpu_pods_per_node, paged
 from fleetval.mig import catalog as mig_catalog
 from fleetval.mig import isolation, reconfig
 from fleetval.nodes import QUARANTINE_LABEL, NodeActions
@@ -180,34 +180,6 @@ class MigPlan:
             int(data["fleet_size"]),
             dict(data.get("rack_sizes") or {}),
         )
-
-
-def _holds_gpu(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = container.get("resources") or {}
-        for section in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any(str(k) == reconfig.GPU or str(k).startswith(reconfig.MIG_RESOURCE) for k in section):
-                return True
-    return False
-
-
-def gpu_pods_per_node(core: Any) -> dict[str, int]:
-    """Unfinished pods holding a GPU or a MIG device, per node (MIG pods too: a MIG node is not idle
-    because its tenants asked for `nvidia.com/mig-*` instead of `nvidia.com/gpu`)."""
-    pods = paged(
-        lambda token: core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
-            limit=PAGE,
-            _continue=token,
-        )
-    )
-    counts: Counter[str] = Counter()
-    for pod in pods:
-        body = core.api_client.sanitize_for_serialization(pod)
-        if _holds_gpu(body):
-            counts[body["spec"]["nodeName"]] += 1
-    return dict(counts)
 
 
 def gpu_nodes(core: Any) -> list[dict[str, Any]]:

@@ -90,6 +90,21 @@ def test_mixed_mig_counts_each_profile_the_plugin_advertises() -> None:
     )
 
 
+def test_a_media_extension_profile_is_counted_as_gfd_spells_it() -> None:
+    # GFD and the device plugin write 1g.10gb+me as 1g.10gb.me: its count must still be compared.
+    labels = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "custom-me",
+        "nvidia.com/mig-1g.10gb.count": "6",
+        "nvidia.com/mig-1g.10gb.me.count": "1",
+    }
+    good = {"labels": labels, "capacity": {"nvidia.com/mig-1g.10gb": "6", "nvidia.com/mig-1g.10gb.me": "1"}}
+    assert judge_advertised("n", good).result is Result.PASS
+    missing = {"labels": labels, "capacity": {"nvidia.com/mig-1g.10gb": "6"}}
+    verdict = judge_advertised("n", missing)
+    assert verdict.result is Result.FAIL and "nvidia.com/mig-1g.10gb.me: advertises 0" in verdict.reason
+
+
 HEALTHY = """NVIDIA_VISIBLE_DEVICES=all
 --- ls -1 /dev
 core
