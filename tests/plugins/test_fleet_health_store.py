@@ -398,3 +398,23 @@ def test_a_rack_onboarded_after_the_newest_weekly_sweep_is_in_the_inventory(stor
     grid = fh.fleet_grid(store.engine, now=NOW)
     assert grid.inventory.rack_of == {"a": "r1", "n9": "r9"}
     assert grid.cells["n9"]["device"].result == "warn"
+
+
+def test_a_later_judgement_in_the_same_run_replaces_an_earlier_one(store: Store) -> None:
+    """An Xid run decides to cordon (a fail), then r3 passes minutes later and the node goes back
+    to service: its device cell is the r3's pass, not the run's worst."""
+    weekly(store, "w", {"a": "pass", "b": "pass"}, at=NOW - dt.timedelta(days=2))
+    xid = run(store, "xid/a", "xid", [], at=NOW - dt.timedelta(hours=1))
+    for node, r3 in (("a", "pass"), ("b", "fail")):
+        store.add_verdicts(xid, [v("D-DEV-06", node, "fail"), v("D-DEV-05", node, "pass")], node=node)
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND node = :n"),
+                {"at": NOW - dt.timedelta(minutes=50), "r": xid, "n": node},
+            )
+        store.add_verdicts(xid, [v("D-DEV-02", node, r3)], node=node)  # judged now: after the decision
+    grid = fh.fleet_grid(store.engine, now=NOW)
+    assert grid.cells["a"]["device"].result == "pass" and grid.cells["a"]["device"].run_id == xid
+    assert grid.cells["b"]["device"].result == "fail"
+    cache = fh.FleetCells(store.engine)
+    assert cache.get(now=NOW).cells["a"]["device"].result == "pass"

@@ -43,6 +43,8 @@ WEEKLY_SUITE: Final = "weekly"
 ONBOARDING_SUITES: Final = ("rack_onboarding",)
 ONBOARDING_SUITE_PREFIX: Final = "onboarding"
 UNKNOWN_RACK: Final = "(rack unknown)"
+# Verdicts of one run judged this close to its newest verdict on a node are one judgement.
+BATCH_WINDOW: Final = dt.timedelta(seconds=60)
 
 _LAYER_OF: Final = {c.id: c.layer for c in CRITERIA}
 _SEV_SQL = case(SEVERITY, value=VerdictRow.result, else_=SEVERITY["error"])
@@ -190,8 +192,10 @@ def _racks_from_events(engine: Engine, nodes: Sequence[str]) -> dict[str, str]:
 # --- the heatmap --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """A node's latest verdict in one layer: the worst result of the newest run that judged the
-    node in that layer."""
+    """A node's latest judgement in one layer: the worst result among the verdicts of the newest
+    run that judged the node there, judged within `BATCH_WINDOW` of that run's newest one (one
+    judgement is one batch: a weekly r2's node and GPU verdicts; an Xid run's r3 verdict replaces
+    its cordon decision, judged minutes before)."""
 
     result: str
     run_id: int
@@ -246,9 +250,9 @@ class Cells:
 
 
 def _groups(engine: Engine, where: Any) -> list[Any]:
-    """Per (node, layer), the newest (node, layer, run) group of the runs `where` selects — its
-    worst severity, newest judgement, verdict count — and per node the group holding its newest
-    r2 (time, severity, criterion). Ranked in the database: a row per cell, not per run."""
+    """For the runs `where` selects: per (node, layer), the verdicts of its newest run grouped by
+    judgement time (worst severity, count), and per node the group holding its newest r2 (time,
+    severity, criterion). Ranked in the database: a few rows per cell, not one per verdict."""
     who = func.coalesce(VerdictRow.node, VerdictRow.subject)
     is_r2 = and_(
         VerdictRow.criterion.in_(R2_CRITERIA), VerdictRow.result != "error", VerdictRow.node.is_not(None)
@@ -258,25 +262,28 @@ def _groups(engine: Engine, where: Any) -> list[Any]:
             who.label("node"),
             _LAYER_SQL.label("layer"),
             VerdictRow.run_id.label("run_id"),
+            VerdictRow.judged_at.label("at"),
             func.max(_SEV_SQL).label("sev"),
-            func.max(VerdictRow.judged_at).label("at"),
             func.count().label("n"),
             func.max(case((is_r2, VerdictRow.judged_at))).label("r2_at"),
             func.max(case((is_r2, _SEV_SQL))).label("r2_sev"),
             func.max(case((is_r2, VerdictRow.criterion))).label("r2_criterion"),
         )
         .where(where)
-        .group_by(who, _LAYER_SQL, VerdictRow.run_id)
+        .group_by(who, _LAYER_SQL, VerdictRow.run_id, VerdictRow.judged_at)
         .subquery()
     )
     g = grouped.c
+    run_at = func.max(g.at).over(partition_by=(g.node, g.layer, g.run_id))
+    timed = select(grouped, run_at.label("run_at")).subquery()
+    t = timed.c
     ranked = select(
-        grouped,
+        timed,
+        func.dense_rank()
+        .over(partition_by=(t.node, t.layer), order_by=(t.run_at.desc(), t.run_id.desc()))
+        .label("run_rank"),
         func.row_number()
-        .over(partition_by=(g.node, g.layer), order_by=(g.at.desc(), g.run_id.desc()))
-        .label("cell_rank"),
-        func.row_number()
-        .over(partition_by=g.node, order_by=(g.r2_at.desc().nulls_last(), g.run_id.desc()))
+        .over(partition_by=t.node, order_by=(t.r2_at.desc().nulls_last(), t.run_id.desc()))
         .label("r2_rank"),
     ).subquery()
     r = ranked.c
@@ -284,15 +291,15 @@ def _groups(engine: Engine, where: Any) -> list[Any]:
         r.node,
         r.layer,
         r.run_id,
-        r.sev,
         r.at,
+        r.sev,
         r.n,
         r.r2_at,
         r.r2_sev,
         r.r2_criterion,
-        r.cell_rank == 1,
+        r.run_rank == 1,
         r.r2_rank == 1,
-    ).where(or_(r.cell_rank == 1, and_(r.r2_rank == 1, r.r2_at.is_not(None))))
+    ).where(or_(r.run_rank == 1, and_(r.r2_rank == 1, r.r2_at.is_not(None))))
     with engine.connect() as conn:
         return list(conn.execute(query))
 
@@ -305,20 +312,33 @@ def _newer(at: dt.datetime | None, run_id: int, than: Cell) -> bool:
 def _merge(
     cells: dict[str, dict[str, Cell]], r2: dict[str, R2], rows: Iterable[Any], *, rerun: frozenset[int]
 ) -> None:
-    """Fold `_groups` rows in: a newer run's group replaces a cell; a group of a run in `rerun`
-    (recomputed whole) replaces that run's cell, whatever it said before."""
-    for node, layer, run_id, sev, at, n, r2_at, r2_sev, r2_criterion, is_cell, is_r2 in rows:
-        run_id, at = int(run_id), _aware(at)
-        if is_cell:
-            by_layer = cells.setdefault(node, {})
-            old = by_layer.get(layer)
-            if old is None or old.run_id in rerun or _newer(at, run_id, old):
-                by_layer[layer] = Cell(RESULTS[int(sev)], run_id, at, int(n))
+    """Fold `_groups` rows in: a newer run's cell replaces a cell; so does the cell of a run in
+    `rerun` (recomputed whole) where the old cell came from a run in `rerun`."""
+    newest: dict[tuple[str, str], list[tuple[dt.datetime | None, int, int, int]]] = defaultdict(list)
+    for node, layer, run_id, at, sev, n, r2_at, r2_sev, r2_criterion, in_newest, is_r2 in rows:
+        run_id = int(run_id)
+        if in_newest:
+            newest[(node, layer)].append((_aware(at), int(sev), int(n), run_id))
         if is_r2 and r2_at is not None:
             r2_time: dt.datetime = _aware(r2_at) or r2_at
             seen = r2.get(node)
             if seen is None or seen.run_id in rerun or (r2_time, run_id) > (seen.at, seen.run_id):
                 r2[node] = R2(r2_time, RESULTS[int(r2_sev)], str(r2_criterion), run_id)
+    epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
+    for (node, layer), groups in newest.items():
+        last = max((at or epoch) for at, *_ in groups)
+        batch = [g for g in groups if (g[0] or epoch) >= last - BATCH_WINDOW]
+        run_id = groups[0][3]
+        cell = Cell(
+            RESULTS[max(g[1] for g in batch)],
+            run_id,
+            None if last == epoch else last,
+            sum(g[2] for g in batch),
+        )
+        by_layer = cells.setdefault(node, {})
+        old = by_layer.get(layer)
+        if old is None or old.run_id in rerun or _newer(cell.at, run_id, old):
+            by_layer[layer] = cell
 
 
 def latest_cells(engine: Engine, *, from_run: int = 0) -> Cells:
