@@ -61,7 +61,7 @@ from fleetval.store.repository import (
     PROBE_COLUMNS,
     VERDICT_COLUMNS,
     Store,
-    verdict_row,
+    verdict_values,
 )
 
 WAVE = 1024
@@ -138,6 +138,10 @@ def store_sweep(store: Store, run_id: int, run_key: str, nodes: Sequence[Node]) 
         )
 
 
+def dump(doc: Any) -> str:
+    return json.dumps(escape_json(doc))
+
+
 def copy_payload(
     engine: sa.Engine, run_id: int, run_key: str, nodes: Sequence[Node], first_probe_id: int
 ) -> Payload:
@@ -159,8 +163,8 @@ def copy_payload(
                 spec.probe_key,
                 "dcgm",
                 None,
-                json.dumps(escape_json([n.name])),
-                json.dumps(escape_json({**spec.to_json(), "harness_error": None})),
+                dump([n.name]),
+                dump({**spec.to_json(), "harness_error": None}),
                 raw,
                 codec,
                 hashlib.sha256(raw).hexdigest(),
@@ -170,15 +174,15 @@ def copy_payload(
             )
         )
         meas.extend(
-            (pid, seq, m.node, m.gpu, m.metric, m.value, m.unit, json.dumps(escape_json(m.attrs)))
+            (pid, seq, m.node, m.gpu, m.metric, m.value, m.unit, dump(m.attrs))
             for seq, m in enumerate(n.measurements)
         )
         for v in n.verdicts:
-            row = verdict_row(run_id, v, probe_id=pid, node=n.name, judged_at=now)
-            row["reason"] = escape_text(row["reason"])
-            row["evidence"] = json.dumps(escape_json(row["evidence"]))
-            row["judged_against"] = json.dumps(escape_json(row["judged_against"]))
-            verd.append([row[c] for c in VERDICT_COLUMNS])
+            row = list(verdict_values(run_id, v, probe_id=pid, node=n.name, judged_at=now))
+            for column, convert in (("reason", escape_text), ("evidence", dump), ("judged_against", dump)):
+                at = VERDICT_COLUMNS.index(column)
+                row[at] = convert(row[at])
+            verd.append(row)
     tables = (
         ("probes", ("id", *PROBE_COLUMNS), probes),
         ("measurements", MEASUREMENT_COLUMNS, meas),

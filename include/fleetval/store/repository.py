@@ -249,8 +249,9 @@ def _converted(
     converts: Sequence[Callable[[Any], Any] | None], rows: Iterable[Sequence[Any]]
 ) -> Iterator[Iterable[Sequence[Any]]]:
     """`rows` with each value through its column's conversion (None: as it is), a block at a time,
-    column by column: a Python call per value only for converted columns, and a converted text
-    column (a verdict's reason) converts each distinct string once."""
+    column by column: a Python call per value only for converted columns; a JSON column converts
+    each document once (`_json_column`), a converted text column (a verdict's reason) each
+    distinct string once."""
     width = len(converts)
     it = iter(rows)
     if all(c is None for c in converts):
@@ -264,12 +265,42 @@ def _converted(
         for convert, column in zip(converts, zip(*block, strict=True), strict=True):
             if convert is None:
                 out.append(column)
-            elif convert is not _json_text and set(map(type, column)) == {str}:
+            elif convert is _json_text:
+                out.append(_json_column(column))
+            elif set(map(type, column)) == {str}:
                 converted = {v: convert(v) for v in set(column)}
                 out.append(map(converted.__getitem__, column))
             else:
                 out.append(map(convert, column))
         yield zip(*out, strict=True)
+
+
+# Dict values a document is recognised by: not floats (0.0 == -0.0, and their JSON differs).
+_MEMO_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _json_column(column: Sequence[Any]) -> list[str]:
+    """`_json_text` of each value, each document converted once per block: the same object (a
+    judgement's `judged_against`, shared by its verdicts) or a flat dict of the same str keys and
+    scalars (a measurement's attrs: a few distinct ones in thousands) reuses its text."""
+    by_id: dict[int, str] = {}  # the block holds every value: an id is not reused meanwhile
+    by_items: dict[tuple[tuple[str, type, Any], ...], str] = {}
+    out = []
+    for value in column:
+        text = by_id.get(id(value))
+        if text is None:
+            if type(value) is dict and all(
+                type(k) is str and type(v) in _MEMO_SCALARS for k, v in value.items()
+            ):
+                items = tuple([(k, type(v), v) for k, v in value.items()])
+                text = by_items.get(items)
+                if text is None:
+                    text = by_items[items] = _json_text(value)
+            else:
+                text = _json_text(value)
+            by_id[id(value)] = text
+        out.append(text)
+    return out
 
 
 def _check_width(block: Sequence[Sequence[Any]], width: int) -> None:
@@ -333,27 +364,30 @@ PROBE_UPDATABLE = PROBE_COLUMNS[2:]
 COPY_MIN_ROWS = 100
 
 
-def verdict_row(
+VerdictValues = tuple[Any, ...]  # a verdict's row: its values in VERDICT_COLUMNS order
+
+
+def verdict_values(
     run_id: int, verdict: Verdict, *, probe_id: int | None, node: str | None, judged_at: dt.datetime
-) -> dict[str, Any]:
+) -> VerdictValues:
     against = verdict.judged_against
     baseline_id = against.get("baseline_id")
-    return {
-        "run_id": run_id,
-        "probe_id": probe_id,
-        "criterion": verdict.criterion,
-        "subject": verdict.subject,
-        "node": node,
-        "result": verdict.result.value,
-        "action": verdict.action,
-        "rule_id": verdict.rule_id,
-        "reason": verdict.reason,
-        "evidence": verdict.evidence,
-        "judged_against": against,
-        "policy_version": against.get("policy_version"),
-        "baseline_id": baseline_id if isinstance(baseline_id, int) else None,
-        "judged_at": judged_at,
-    }
+    return (
+        run_id,
+        probe_id,
+        verdict.criterion,
+        verdict.subject,
+        node,
+        verdict.result.value,
+        verdict.action,
+        verdict.rule_id,
+        verdict.reason,
+        verdict.evidence,
+        against,
+        against.get("policy_version"),
+        baseline_id if isinstance(baseline_id, int) else None,
+        judged_at,
+    )
 
 
 class Store:
@@ -469,7 +503,9 @@ class Store:
             conn, [p for p in probes if p.measurements or p.probe_key not in unchanged], probe_ids
         )
         rows = [
-            verdict_row(run_id, v, probe_id=probe_ids[p.probe_key], node=_single(p.nodes), judged_at=utcnow())
+            verdict_values(
+                run_id, v, probe_id=probe_ids[p.probe_key], node=_single(p.nodes), judged_at=utcnow()
+            )
             for p in probes
             for v in p.verdicts
         ]
@@ -504,7 +540,7 @@ class Store:
                 self._replace_measurements(conn, probes, ids)
                 now = utcnow()
                 rows = [
-                    verdict_row(run_id, v, probe_id=ids[key], node=node, judged_at=now)
+                    verdict_values(run_id, v, probe_id=ids[key], node=node, judged_at=now)
                     for key, _, verdicts, node in batch
                     for v in verdicts
                 ]
@@ -569,15 +605,15 @@ class Store:
         """Upsert verdicts; returns how many. Verdicts the store refuses fail alone: the others
         are stored, then RowsNotStored names the refused ones (a verdict is never dropped quietly)."""
         now = utcnow()
-        rows = [verdict_row(run_id, v, probe_id=probe_id, node=node, judged_at=now) for v in verdicts]
+        rows = [verdict_values(run_id, v, probe_id=probe_id, node=node, judged_at=now) for v in verdicts]
         refused: dict[str, str] = {}
 
-        def write(batch: Sequence[dict[str, Any]]) -> None:
+        def write(batch: Sequence[VerdictValues]) -> None:
             with self.engine.begin() as conn:
                 self._upsert_verdicts(conn, batch)
 
-        def failed(row: dict[str, Any], why: str) -> None:
-            refused[f"{row['criterion']} {row['subject']!r}"] = why
+        def failed(row: VerdictValues, why: str) -> None:
+            refused[f"{row[2]} {row[3]!r}"] = why
 
         _isolating(rows, write, failed)
         if refused:
@@ -640,21 +676,20 @@ class Store:
         for chunk_rows in _chunks(dict_rows, 5000):
             conn.execute(insert(Measurement), chunk_rows)
 
-    def _upsert_verdicts(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    def _upsert_verdicts(self, conn: Connection, rows: Sequence[VerdictValues]) -> None:
         if not rows:
             return
+        unique = _last_per_key(rows)
         if _can_copy(conn) and len(rows) > 500:
-            unique = list(_last_per_key(rows))
-            values = [[r[c] for c in VERDICT_COLUMNS] for r in unique]
             table: Table = VerdictRow.__table__  # type: ignore[assignment]
             if _verdicts_of_new_probes(conn, unique) and _copy_if_new(
-                conn, "verdicts", VERDICT_COLUMNS, values, table
+                conn, "verdicts", VERDICT_COLUMNS, unique, table
             ):
                 return
             # COPY into a staging table, then one set-based upsert: conflict handling at COPY speed.
             cols = ", ".join(VERDICT_COLUMNS)
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in VERDICT_UPDATABLE)
-            with _staged(conn, "verdicts", VERDICT_COLUMNS, values, table) as stage:
+            with _staged(conn, "verdicts", VERDICT_COLUMNS, unique, table) as stage:
                 conn.exec_driver_sql(
                     f"INSERT INTO verdicts ({cols}) SELECT {cols} FROM {stage} "
                     f"ON CONFLICT (run_id, criterion, subject) DO UPDATE SET {sets} "
@@ -668,7 +703,7 @@ class Store:
             set_={c: stmt.excluded[c] for c in VERDICT_UPDATABLE},
             where=or_(*(stored[c].is_distinct_from(stmt.excluded[c]) for c in VERDICT_COMPARED)),
         )
-        for chunk in _chunks(list(_last_per_key(rows)), 2000):
+        for chunk in _chunks([dict(zip(VERDICT_COLUMNS, r, strict=True)) for r in unique], 2000):
             conn.execute(stmt, chunk)
 
     # --- node events ------------------------------------------------------------------------
@@ -873,11 +908,11 @@ def _staged(
     conn.exec_driver_sql(f"DROP TABLE {stage}")
 
 
-def _verdicts_of_new_probes(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
+def _verdicts_of_new_probes(conn: Connection, rows: Sequence[VerdictValues]) -> bool:
     """Whether every row belongs to a probe that has no verdict yet (a first judgement): then a
     plain COPY is likely to meet no stored key. A cheap test (an index probe per probe, not per
     verdict); a key it misses makes the COPY fail, and `_copy_if_new` falls back."""
-    probe_ids = {r["probe_id"] for r in rows}
+    probe_ids = {r[1] for r in rows}
     if None in probe_ids:
         return False
     found = conn.exec_driver_sql(
@@ -983,9 +1018,6 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _last_per_key(rows: Sequence[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+def _last_per_key(rows: Sequence[VerdictValues]) -> list[VerdictValues]:
     # One statement may not touch a conflict key twice; the last judgement wins.
-    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in rows:
-        by_key[(r["run_id"], r["criterion"], r["subject"])] = r
-    return by_key.values()
+    return list({(r[0], r[2], r[3]): r for r in rows}.values())  # run_id, criterion, subject

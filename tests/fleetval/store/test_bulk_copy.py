@@ -347,6 +347,41 @@ def test_a_document_json_cannot_hold_is_refused_as_binding_refuses_it() -> None:
         repo._json_text({"when": dt.datetime(2026, 12, 1)})
 
 
+def test_a_json_column_converts_each_document_once_and_each_as_alone() -> None:
+    """Documents that look alike but are not (1, True and 1.0; 0.0 and -0.0; a NUL to escape)
+    keep their own text; one object shared by rows converts once."""
+    shared = {"policy_version": "p", "gate": "weekly"}
+    column = [
+        shared,
+        {"level": 1},
+        {"level": True},
+        {"level": 1.0},
+        {"x": 0.0},
+        {"x": -0.0},
+        {"s": "nul\x00"},
+        {1: "int key"},
+        {"1": "int key"},
+        shared,
+        {"level": 1},
+        [1, 2],
+        None,
+    ]
+    assert repo._json_column(column) == [repo._json_text(v) for v in column]
+    calls: list[Any] = []
+    original = repo._json_text
+
+    def counted(value: Any) -> str:
+        calls.append(value)
+        return original(value)
+
+    repo._json_text = counted  # type: ignore[assignment]
+    try:
+        repo._json_column([shared] * 5 + [{"t": "a", "n": 2} for _ in range(5)])
+    finally:
+        repo._json_text = original  # type: ignore[assignment]
+    assert calls == [shared, {"t": "a", "n": 2}]
+
+
 def test_column_by_column_blocks_are_the_per_value_conversion() -> None:
     class _Conn:
         dialect = sa.create_engine("sqlite://").dialect
