@@ -32,8 +32,7 @@ import airflow.providers.cncf.kubernetes.operators.pod
 import airflow.sdk.definitions.decorators  # noqa: F401
 from airflow.sdk import Param, dag
 
-from fleetval.ckpt.contract import DRILL_IMAGE
-from fleetval.ckpt.drill import DEFAULT_GRACE_S, DEFAULT_STEPS
+from fleetval.ckpt.contract import DEFAULT_GRACE_S, DEFAULT_STEPS, DRILL_IMAGE
 from fleetval_airflow import ckpt_tasks
 from fleetval_airflow.ckpt_tasks import DrillPodOperator, InterruptedRunOperator
 from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag

@@ -29,6 +29,9 @@ ENV_SEED: Final = "FLEETVAL_SEED"
 ENV_PAUSE_IN_SAVE: Final = "FLEETVAL_PAUSE_IN_SAVE"
 ENV_HOLD_AT_STEP: Final = "FLEETVAL_HOLD_AT_STEP"
 ENV_FAULTS: Final = "FLEETVAL_CKPT_FAULTS"  # the reference job's deliberate defects only
+# The drill's defaults (a DAG file reads them at parse time: kept here, away from the judge).
+DEFAULT_STEPS: Final = 150
+DEFAULT_GRACE_S: Final = 30.0
 
 COMPONENTS: Final = ("model", "optimizer", "lr_scheduler", "rng", "data_loader")
 # The fleet spec's job-layer fault kinds are "ckpt." + one of these (the reference job's flags).

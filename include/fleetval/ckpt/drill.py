@@ -23,8 +23,8 @@ from fleetval.errors import FleetvalError
 
 REFERENCE: Final = "reference"
 RESUME_SUFFIX: Final = ".resume"
-DEFAULT_STEPS: Final = 150
-DEFAULT_GRACE_S: Final = 30.0
+DEFAULT_STEPS: Final = contract.DEFAULT_STEPS
+DEFAULT_GRACE_S: Final = contract.DEFAULT_GRACE_S
 
 
 class DrillPlanError(FleetvalError):
