@@ -61,7 +61,7 @@ postgres: $(STAMP)
 	  for i in $$(seq 1 30); do $(PG_UP) && exit 0; sleep 1; done; \
 	fi; \
 	echo "error: no PostgreSQL on $(PG_HOST):$(PG_PORT). Start one (user postgres, trust auth) or set"; \
-	echo "       FLEETVAL_TEST_DB_URL=postgresql+psycopg2://USER@HOST:PORT/postgres (a user that may CREATE DATABASE)."; \
+	echo "       FLEETVAL_TEST_DB_URL=postgresql://USER@HOST:PORT/postgres (a user that may CREATE DATABASE)."; \
 	exit 1
 
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
