@@ -450,6 +450,21 @@ def apply_answer() -> dict[str, Any]:
     return {"asked": True, "approved": [d.node for d in decisions if d.admit]}
 
 
+def _cordoned(core: Any, nodes: Sequence[str]) -> list[str]:
+    """The nodes still cordoned (by someone else: onboarding never cordons); a node gone is not."""
+    from kubernetes.client.exceptions import ApiException
+
+    found = []
+    for name in nodes:
+        try:
+            if core.read_node(name).spec.unschedulable:
+                found.append(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return found
+
+
 @task(trigger_rule="all_done")
 @outage_is_one_line
 def report() -> dict[str, Any]:
@@ -463,8 +478,7 @@ def report() -> dict[str, Any]:
     ctx = _context(store, fv_run, meta)
     decisions = {n: Decision(**d) for n, d in (meta.get("decisions") or {}).items()}
     admitted = [n for n, d in decisions.items() if d.admit]
-    core = config.kube().core
-    cordoned = [n for n in admitted if not ctx.request.dry_run and core.read_node(n).spec.unschedulable]
+    cordoned = [] if ctx.request.dry_run else _cordoned(config.kube().core, admitted)
     summary = onboarding_report.build_report(
         run_key=ctx.run_key,
         request=ctx.request,

@@ -32,6 +32,7 @@ DAG = "rack_onboarding"
 PROFILE = "NVIDIA-H100-80GB-HBM3"
 TAINT = "fleetval.io/onboarding"
 RACK = ["r01-n01", "r01-n02", "r01-n03", "r01-n04", "r01-n05"]
+READING_S = 5  # a person reads the question before answering
 
 
 def register_tainted(kube: Any, nodes: list[str]) -> None:
@@ -78,10 +79,34 @@ def wait_question(airflow: Any, run_id: str, task: str, timeout_s: float = 900) 
         raise
 
 
+def task_instance(airflow: Any, run_id: str, task: str) -> dict[str, Any]:
+    path = f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/{task}/0"
+    return dict(airflow.call("GET", path))
+
+
 def answer(airflow: Any, run_id: str, task: str, chosen: list[str]) -> dict[str, Any]:
-    return dict(
-        airflow.call("PATCH", hitl_path(run_id, task), {"chosen_options": chosen, "params_input": {}})
-    )
+    """Answer as a person would, and see the task take it. Airflow 3.3.2 (LocalExecutor, measured
+    here): an answer that lands before the executor reports the parked task (a few seconds) resumes
+    a process the server then kills, and the retry asks again; so answer after a person's reading
+    time, and answer again if the question came back."""
+    for _ in range(3):
+        time.sleep(READING_S)
+        asked = task_instance(airflow, run_id, task)
+        reply = dict(
+            airflow.call("PATCH", hitl_path(run_id, task), {"chosen_options": chosen, "params_input": {}})
+        )
+
+        def settled(try_number: int = asked["try_number"]) -> str | None:
+            ti = task_instance(airflow, run_id, task)
+            if ti["state"] == "awaiting_input" and ti["try_number"] > try_number:
+                return "asked again"
+            return str(ti["state"]) if ti["state"] in ("success", "failed", "upstream_failed") else None
+
+        outcome = airflow.wait_for(f"{task} to take the answer", settled, 300)
+        if outcome == "success":
+            return reply
+        assert outcome == "asked again", f"{task} ended {outcome} after the answer"
+    raise AssertionError(f"{task} never took the answer")
 
 
 def d_dev_01(store: Any, run_key: str, node: str) -> dict[str, Any]:
@@ -178,7 +203,7 @@ def test_onboarding_with_approval_and_timeout(e2e: Any) -> None:
             "rack": "r01",
             "nodes": ["r01-n03", "r01-n01"],
             "run_pairs": False,
-            "approval_timeout_minutes": 0.05,
+            "approval_timeout_minutes": 0.2,  # past the executor's report of the parked task
         },
     )
     question = wait_question(airflow, run_id, "approve_nodes")

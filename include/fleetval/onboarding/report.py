@@ -30,19 +30,23 @@ def build_report(
     still_cordoned: Sequence[str] = (),
 ) -> dict[str, Any]:
     nodes: dict[str, Any] = {}
+    # A dry run changed nothing: it says what it would have done.
+    admitted_word, held_word = (
+        ("would be admitted", "would be held") if request.dry_run else ("admitted", "held")
+    )
     for name in plan.nodes:
         node_gate = gate.nodes.get(name) if gate is not None else None
         decision = decisions.get(name)
         nodes[name] = {
             "result": node_gate.result.value if node_gate else "error",
-            "decision": ("admitted" if decision.admit else "held") if decision else "held",
+            "decision": (admitted_word if decision.admit else held_word) if decision else held_word,
             "state": decision.state if decision else "held",
             "why": decision.why if decision else "the gate did not decide (its task did not complete)",
             "stages": node_gate.stages if node_gate else {},
             "findings": [f.to_json() for f in node_gate.findings] if node_gate else [],
             "still_cordoned": name in still_cordoned,
         }
-    admitted = sorted(n for n, v in nodes.items() if v["decision"] == "admitted")
+    admitted = sorted(n for n, v in nodes.items() if v["decision"] == admitted_word)
     return {
         "version": REPORT_VERSION,
         "run_key": run_key,
@@ -73,11 +77,11 @@ def render(report: Mapping[str, Any]) -> str:
         f"admitted {len(report['admitted'])}, held {len(report['held'])}; results "
         + ", ".join(f"{k} {v}" for k, v in sorted(report["counts"].items())),
         "",
-        f"{'node':<24} {'result':<13} {'decision':<9} why",
+        f"{'node':<24} {'result':<13} {'decision':<17} why",
     ]
     for name, node in sorted(report["nodes"].items())[:MAX_LINES]:
         cordoned = " (still cordoned)" if node.get("still_cordoned") else ""
-        lines.append(f"{name:<24} {node['result']:<13} {node['decision']:<9} {node['why']}{cordoned}")
+        lines.append(f"{name:<24} {node['result']:<13} {node['decision']:<17} {node['why']}{cordoned}")
     if len(report["nodes"]) > MAX_LINES:
         lines.append(f"… {len(report['nodes']) - MAX_LINES} more in the stored report")
     for title, key in (("refused", "refused"), ("withheld by the action budget (F-SAFE-01)", "withheld")):

@@ -114,13 +114,17 @@ def test_the_report_says_what_was_done_and_why() -> None:
     assert "already in service" in report["refused"]["d"]
     assert report["stages"] == {"dcgm": {"enabled": True, "nodes": ["a", "b", "c"], "rounds": 1}}
     text = render(report)
-    assert "a                        pass          admitted  every stage passed (still cordoned)" in text
+    assert (
+        "a                        pass          admitted          every stage passed (still cordoned)" in text
+    )
     assert (
         "approval: answered by alice" in text
         and "#7 NVIDIA-H100-80GB-HBM3 intra-8 478.20 GB/s v1: promoted" in text
     )
     assert "#8" in text and "left a candidate" in text
-    assert "dry run" in render(report_for(dry_run=True))
+    dry = report_for(dry_run=True)
+    assert "dry run" in render(dry) and dry["nodes"]["a"]["decision"] == "would be admitted"
+    assert dry["admitted"] == ["a", "b"]
 
 
 def test_reports_are_read_back_newest_first(store: Any) -> None:
