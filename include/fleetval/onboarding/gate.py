@@ -61,14 +61,15 @@ class StageRun:
     spec: StageSpec
     impl: StageImpl
     state: Mapping[str, Any] | None
+    # The tested nodes as a set, built once: the gate asks about every node (linear, not quadratic).
+    tested: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tested", frozenset((self.state or {}).get("nodes") or ()))
 
     @property
     def enabled(self) -> bool:
         return self.state is None or bool(self.state.get("enabled", True))
-
-    @property
-    def tested(self) -> tuple[str, ...]:
-        return tuple((self.state or {}).get("nodes") or ())
 
     @property
     def notes(self) -> Mapping[str, str]:

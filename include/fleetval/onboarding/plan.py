@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -95,9 +95,9 @@ class OnboardingPlan:
             selected_by=str(data["selected_by"]),
         )
 
-    def profile_nodes(self, profile: str, among: Sequence[str] | None = None) -> list[str]:
+    def profile_nodes(self, profile: str, among: Collection[str] | None = None) -> list[str]:
         names = self.nodes if among is None else among
-        return [n for n in names if n in self.nodes and self.nodes[n].profile == profile]
+        return sorted(n for n in names if n in self.nodes and self.nodes[n].profile == profile)
 
 
 def onboarding_taint(node: NodeInfo) -> str | None:

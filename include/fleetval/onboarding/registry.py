@@ -14,7 +14,7 @@ failed r2 is not NCCL-tested, and never blamed on a healthy pair partner).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -89,7 +89,7 @@ def _always(_: Any) -> bool:
     return True
 
 
-def subject_nodes(row: Mapping[str, Any], plan: OnboardingPlan, tested: Sequence[str]) -> list[str]:
+def subject_nodes(row: Mapping[str, Any], plan: OnboardingPlan, tested: Collection[str]) -> list[str]:
     """The tested nodes a verdict is about: its subject, or each end of a `a+b` pair."""
     return [n for n in str(row["subject"]).split("+") if n in tested]
 
@@ -114,7 +114,7 @@ class StageImpl:
     round_probes: Callable[[StageContext, Mapping[str, Any], int], list[ProbeSpec]]
     judge: Callable[[StageContext, Mapping[str, Any]], dict[str, Any]]
     claims: Callable[[Mapping[str, Any]], bool]
-    nodes_of: Callable[[Mapping[str, Any], OnboardingPlan, Sequence[str]], list[str]] = subject_nodes
+    nodes_of: Callable[[Mapping[str, Any], OnboardingPlan, Collection[str]], list[str]] = subject_nodes
     enabled: Callable[[OnboardingRequest], bool] = _always
     applies: Callable[[PlannedNode], bool] = _always
     uses_baselines: bool = False

@@ -18,7 +18,7 @@ output first, then the verdicts).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from fleetval import criteria
@@ -88,7 +88,7 @@ def _operator_judge(ctx: StageContext, state: Mapping[str, Any]) -> dict[str, An
     return _counts(v.result.value for v in verdicts)
 
 
-def _operator_nodes_of(row: Mapping[str, Any], plan: OnboardingPlan, tested: Sequence[str]) -> list[str]:
+def _operator_nodes_of(row: Mapping[str, Any], plan: OnboardingPlan, tested: Collection[str]) -> list[str]:
     """D-OP-03 runs on one node per class (profile): its verdict is every tested node's of the class."""
     subject = str(row["subject"])
     if row["criterion"] == "D-OP-03" and subject in plan.nodes:
