@@ -188,6 +188,12 @@ def rack_onboarding() -> None:
     previous = onboarding_tasks.plan_onboarding()
     for stage in STAGES:  # the registry: adding a layer's stage there adds its tasks here
         with TaskGroup(stage.name, tooltip=stage.title):
+            if stage.runner == "group":  # a layer's own task group, handed the nodes still in
+                inputs: Any = onboarding_tasks.stage_nodes.override(task_id="nodes")(stage.name)
+                previous >> inputs
+                previous = onboarding_tasks.group_factory(stage)(
+                    inputs["fv_run"], inputs["nodes"], group_id="checks"
+                )
             for k in range(stage.rounds):
                 # Rounds fill in order: after an empty (skipped) round the next list is skipped
                 # without starting a process; after a failed one it still runs.

@@ -16,13 +16,14 @@ rack name (checked against the cluster in `plan_onboarding`).
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import os
 import pathlib
 import re
 import tempfile
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from airflow.sdk import get_current_context, task
 
@@ -31,7 +32,7 @@ from fleetval.store.engine import outage_is_one_line
 
 if TYPE_CHECKING:
     from fleetval.nodes import NodeInfo
-    from fleetval.onboarding.registry import StageContext
+    from fleetval.onboarding.registry import StageContext, StageSpec
     from fleetval.store.repository import Store
 
 DAG_ID: Final = "rack_onboarding"
@@ -258,6 +259,40 @@ def stage_round(stage: str, round_index: int) -> list[dict[str, Any]]:
             print(f"  not tested, stopped before: {node}: {why}")
     specs = stages.round_probes(spec, ctx, states[stage], round_index)
     return [{"probe": s.to_json(), "fv_run": fv_run} for s in specs]
+
+
+@task(trigger_rule="all_done", multiple_outputs=True)
+@outage_is_one_line
+def stage_nodes(stage: str) -> dict[str, Any]:
+    """A task-group stage's input (`runner` "group"): the onboarding run and the nodes still in
+    that the stage applies to, planned here. With none, the group's tasks are skipped; the two
+    values are pushed first, so its cleanup tasks (trigger rule all_done) still find the run."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from fleetval.onboarding import stages
+    from fleetval.onboarding.registry import stage_spec
+
+    store, fv_run, meta = _planned()
+    spec = stage_spec(stage)
+    states = dict(meta.get("stages") or {})
+    if stage not in states:
+        states[stage] = stages.prepare_stage(spec, _context(store, fv_run, meta), states)
+        _set_stage(store, fv_run, stage, states[stage])
+    nodes = list(states[stage]["nodes"])
+    print(f"{spec.title}: {len(nodes)} node(s)")
+    ti = get_current_context()["ti"]
+    ti.xcom_push(key="fv_run", value=fv_run)
+    ti.xcom_push(key="nodes", value=nodes)
+    if not nodes:
+        # An empty list would read as "no choice: every node" to a layer's own planner.
+        raise AirflowSkipException(f"{spec.title}: no node of this run needs it")
+    return {"fv_run": fv_run, "nodes": nodes}
+
+
+def group_factory(spec: StageSpec) -> Callable[..., Any]:
+    """The task-group factory a "group" stage names (`module:function`), imported at parse time."""
+    module, _, name = spec.group.partition(":")
+    return cast("Callable[..., Any]", getattr(importlib.import_module(module), name))
 
 
 @task(trigger_rule="all_done")

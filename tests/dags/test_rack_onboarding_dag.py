@@ -112,3 +112,29 @@ def test_rack_suggestions_round_trip_and_never_break_parsing(
     assert onboarding_tasks.suggestions("racks") == []  # too big to read at parse time
     monkeypatch.setenv(onboarding_tasks.CACHE_ENV, str(tmp_path / "missing" / "dir" / "racks.json"))
     assert onboarding_tasks.suggestions("racks") == []
+
+
+def test_a_layers_own_task_group_joins_with_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MIG entry the registry's comment shows, added: its task group runs on the nodes still in."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from fleetval.onboarding import registry
+    from tests.paths import DAGS, KNOWN_POOLS
+
+    mig = registry.StageSpec(
+        "mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=registry.MIG_GROUP
+    )
+    monkeypatch.setattr(registry, "STAGES", (*registry.STAGES, mig))
+    bag = DagBag(dag_folder=str(DAGS / "rack_onboarding.py"), known_pools=KNOWN_POOLS)
+    assert bag.import_errors == {}
+    dag = bag.dags[DAG]
+    last = f"{STAGES[-1].name}.judge"
+    assert dag.get_task(last).downstream_task_ids == {"mig.nodes"}
+    assert "mig.checks.plan" in dag.get_task("mig.nodes").downstream_task_ids
+    group_ends = {
+        t.task_id
+        for t in dag.tasks
+        if t.task_id.startswith("mig.checks.") and not t.downstream_task_ids - {"mig.judge"}
+    }
+    assert group_ends and all("mig.judge" in dag.get_task(t).downstream_task_ids for t in group_ends)
+    assert dag.get_task("mig.judge").downstream_task_ids == {"propose_baselines"}

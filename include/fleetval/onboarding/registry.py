@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from fleetval.probes.pod import ProbeSpec
     from fleetval.store.repository import Store
 
-Runner = Literal["pod", "mpijob"]
+Runner = Literal["pod", "mpijob", "group"]
 NODE_MAP_INDEX: Final = "{{ task.spec.node }}"
 REPEAT_MAP_INDEX: Final = "{{ task.spec.node }} r{{ task.spec.params.repeat }}"
 
@@ -32,7 +32,12 @@ REPEAT_MAP_INDEX: Final = "{{ task.spec.node }} r{{ task.spec.params.repeat }}"
 @dataclass(frozen=True, slots=True)
 class StageSpec:
     """One stage as the DAG wires it: `rounds` mapped probe tasks (`runner`: a pod per probe, or an
-    MPIJob per multi-node probe), then a judge; `impl` is the `StageImpl` (`module:attribute`)."""
+    MPIJob per multi-node probe), then a judge; `impl` is the `StageImpl` (`module:attribute`).
+
+    A layer whose checks are already a task group (`runner` "group", `rounds` 0) names its factory
+    in `group` (`module:function`, on the Airflow side: `factory(fv_run, nodes, group_id=...)`
+    builds the group; its tasks store their verdicts in the onboarding run `fv_run`); the DAG
+    hands it the nodes still in that the stage applies to."""
 
     name: str
     title: str
@@ -40,6 +45,7 @@ class StageSpec:
     rounds: int
     impl: str
     map_index: str = NODE_MAP_INDEX
+    group: str = ""
 
 
 STAGES: Final[tuple[StageSpec, ...]] = (
@@ -56,7 +62,10 @@ STAGES: Final[tuple[StageSpec, ...]] = (
         "fleetval.onboarding.stages:NCCL_PAIRS",
         REPEAT_MAP_INDEX,
     ),
+    # The MIG layer joins onboarding with this entry:
+    # StageSpec("mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=MIG_GROUP),
 )
+MIG_GROUP: Final = "fleetval_airflow.mig_tasks:mig_stage"
 
 
 def stage_spec(name: str) -> StageSpec:

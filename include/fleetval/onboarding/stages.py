@@ -230,6 +230,26 @@ NCCL_PAIRS: Final = StageImpl(
 )
 
 
+# --- MIG (a task group of the MIG layer's own: registry.MIG_GROUP) --------------------------------
+
+
+def _mig_nodes_of(row: Mapping[str, Any], plan: OnboardingPlan, tested: Collection[str]) -> list[str]:
+    """A MIG verdict names a node (`node`, `node/restore`) or the pool (`mig-pool`: no node)."""
+    node = str(row["subject"]).split("/", 1)[0]
+    return [node] if node in tested else []
+
+
+MIG: Final = StageImpl(
+    criteria=("D-GPU-MIG-01", "D-GPU-MIG-02", "D-GPU-MIG-03", "D-GPU-MIG-04", "D-GPU-MIG-05", "D-GPU-MIG-06"),
+    prepare=lambda ctx: {"rounds": 0},  # the MIG layer's task group probes and judges
+    round_probes=lambda ctx, state, k: [],
+    judge=lambda ctx, state: {"judged_by": "the MIG layer's task group"},
+    claims=lambda row: str(row["criterion"]).startswith("D-GPU-MIG-"),
+    nodes_of=_mig_nodes_of,
+    applies=lambda node: node.mig_pool,
+)
+
+
 # --- running any stage -----------------------------------------------------------------------------
 
 

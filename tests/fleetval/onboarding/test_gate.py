@@ -139,3 +139,28 @@ def test_no_baseline_holds_at_the_gate_but_does_not_stop_the_funnel() -> None:
 def test_the_report_round_trips() -> None:
     report = gate(replace(passing([*NODES, "e"], PAIRS), "D-DEV-01", "b", "warn"))
     assert GateReport.from_json(report.to_json()) == report
+
+
+def test_the_mig_stage_speaks_for_the_mig_pool_only() -> None:
+    from fleetval.onboarding.registry import MIG_GROUP, StageSpec
+
+    inventory = [node("m1", labels={"nvidia.com/mig.config": "all-1g.10gb"}), node("p1")]
+    plan = plan_onboarding(OnboardingRequest(rack="r01", run_pairs=False), inventory, max_nodes=10)
+    mig = StageSpec("mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=MIG_GROUP)
+    stages = [
+        *[StageRun(s, load(s), {"enabled": True, "nodes": ["m1", "p1"]}) for s in STAGES[:3]],
+        StageRun(STAGES[3], load(STAGES[3]), {"enabled": False, "nodes": []}),
+        StageRun(mig, load(mig), {"enabled": True, "nodes": ["m1"]}),
+    ]
+    rows = [r for r in passing(["m1", "p1"], []) if r["criterion"] != "D-OP-03" or r["subject"] == "a"]
+    rows += [row("D-OP-03", "m1", "pass")]
+    report = decide(plan, rows, stages)
+    assert report.nodes["p1"].stages["mig"] == "not applicable" and report.nodes["p1"].action == ADMIT
+    assert report.nodes["m1"].result is Result.INCONCLUSIVE  # a MIG pool node with no MIG verdict
+    rows += [
+        row("D-GPU-MIG-01", "m1", "pass"),
+        row("D-GPU-MIG-03", "m1/restore", "error"),
+        row("D-GPU-MIG-05", "mig-pool", "fail"),
+    ]
+    m1 = decide(plan, rows, stages).nodes["m1"]
+    assert m1.result is Result.ERROR and m1.findings[0].subject == "m1/restore"  # not the pool's verdict

@@ -42,9 +42,11 @@ def test_every_registered_stage_loads() -> None:
     assert len(set(names)) == len(names) and names[:4] == ["operator", "dcgm", "nccl_intra", "nccl_pairs"]
     for spec in STAGES:
         assert isinstance(load(spec), StageImpl)
-        assert spec.rounds >= 1 and spec.runner in ("pod", "mpijob")
+        assert spec.runner in ("pod", "mpijob", "group")
+        assert (spec.rounds >= 1) == (spec.runner != "group") and bool(spec.group) == (spec.runner == "group")
         assert re.fullmatch(r"[a-z][a-z0-9_]*", spec.name)  # a task group id
         assert "task.spec.node" in spec.map_index
+    assert isinstance(stages.MIG, StageImpl)  # ready for its registry entry
     assert stage_spec("nccl_intra").rounds == stages.INTRA_ROUNDS
     assert stage_spec("nccl_pairs").rounds == stages.PAIR_ROUNDS
 
