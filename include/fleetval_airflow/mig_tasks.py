@@ -105,6 +105,7 @@ def open_run() -> int:
 def plan(fv_run: int, nodes: list[str] | None = None) -> dict[str, Any]:
     """The nodes this run takes (idle, MIG-capable, one wave of the blast-radius budget) and what it
     does on each; kept in the run, so a rerun keeps the plan. `dry_run` ends the run here."""
+    from fleetval.k8s.cluster import gpu_pods_per_node
     from fleetval.mig import suite
     from fleetval.policy.blast_radius import DiagnosisBudget
     from fleetval_airflow import config
@@ -118,7 +119,7 @@ def plan(fv_run: int, nodes: list[str] | None = None) -> dict[str, Any]:
         logical = get_current_context()["dag_run"].run_after
         made = suite.plan(
             suite.gpu_nodes(core),
-            suite.gpu_pods_per_node(core),
+            gpu_pods_per_node(core),
             source,
             mig_config,
             budget=DiagnosisBudget(
