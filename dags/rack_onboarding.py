@@ -20,7 +20,9 @@ withdrawn by the device plugin.
 **Stages** (one task group each; a node goes on only while it passes or warns):
 `operator` (D-OP-01 operand pods, D-OP-02 advertised GPUs, D-GPU-TS-01, D-OP-03 one no-GPU pod per
 node class) → `dcgm` (`dcgmi diag -r 2` per node) → `nccl_intra` (all_reduce per node, three
-rounds) → `nccl_pairs` (pairs as Kueue-admitted MPIJobs, three repeats). NCCL is judged against
+rounds) → `nccl_pairs` (pairs as Kueue-admitted MPIJobs, three repeats) → `mig` on MIG pool nodes
+(`mig_validation`'s checks, D-GPU-MIG-01..06, every such node taken, its layout restored after).
+NCCL is judged against
 the profile's **promoted baseline**; with none, `propose_baselines` makes candidates from this
 rack and **`approve_baselines` asks whether to promote them** (default on timeout: none; the NCCL
 verdicts then stay inconclusive and the nodes are held).
@@ -46,9 +48,11 @@ from __future__ import annotations
 
 from typing import Any
 
-# Named here so the dag-processor's manager imports it once (parsing_pre_import_modules) and every
-# parse of this file forks with it loaded: the Kubernetes clients it pulls in cost ~2.7 s a parse.
-import airflow.providers.cncf.kubernetes.operators.pod  # noqa: F401
+# Named here so the dag-processor's manager imports them once (parsing_pre_import_modules) and
+# every parse of this file forks with them loaded: the Kubernetes clients the operator pulls in cost
+# ~2.7 s a parse, @task's machinery (the standard provider's decorators) ~0.06 s.
+import airflow.providers.cncf.kubernetes.operators.pod
+import airflow.sdk.definitions.decorators  # noqa: F401
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import Param, TaskGroup, TriggerRule, dag
 
@@ -181,7 +185,14 @@ def _probes(runner: str, **partial: Any) -> Any:
             section="Safety",
         ),
     },
-    tags=[Tag.LAYER_OPERATOR, Tag.LAYER_DEVICE, Tag.LAYER_NETWORK, Tag.SCHEDULE_MANUAL, Tag.OWNER],
+    tags=[
+        Tag.LAYER_OPERATOR,
+        Tag.LAYER_DEVICE,
+        Tag.LAYER_NETWORK,
+        Tag.LAYER_SHARING,
+        Tag.SCHEDULE_MANUAL,
+        Tag.OWNER,
+    ],
     doc_md=__doc__,
 )
 def rack_onboarding() -> None:

@@ -102,9 +102,11 @@ def open_run() -> int:
 
 @task
 @outage_is_one_line
-def plan(fv_run: int, nodes: list[str] | None = None) -> dict[str, Any]:
+def plan(fv_run: int, nodes: list[str] | None = None, in_service: bool = True) -> dict[str, Any]:
     """The nodes this run takes (idle, MIG-capable, one wave of the blast-radius budget) and what it
-    does on each; kept in the run, so a rerun keeps the plan. `dry_run` ends the run here."""
+    does on each; kept in the run, so a rerun keeps the plan. `dry_run` ends the run here. Nodes not
+    in service (`in_service` false: a rack being onboarded) are all taken: the budget protects the
+    capacity tenants use, which they are not part of yet."""
     from fleetval.k8s.cluster import gpu_pods_per_node
     from fleetval.mig import suite
     from fleetval.policy.blast_radius import DiagnosisBudget
@@ -124,7 +126,9 @@ def plan(fv_run: int, nodes: list[str] | None = None) -> dict[str, Any]:
             mig_config,
             budget=DiagnosisBudget(
                 float(_setting("max_fleet_fraction")), float(_setting("max_rack_fraction"))
-            ),
+            )
+            if in_service
+            else DiagnosisBudget(1.0, 1.0),
             wanted=list(nodes if nodes is not None else _setting("nodes")),
             layouts=list(_setting("layouts")),
             refused=_setting("refused_layout"),
@@ -330,15 +334,16 @@ def report(fv_run: int) -> dict[str, Any]:
     return summary
 
 
-def mig_stage(fv_run: Any, nodes: Any = None, *, group_id: str = "mig") -> TaskGroup:
+def mig_stage(fv_run: Any, nodes: Any = None, *, group_id: str = "mig", in_service: bool = True) -> TaskGroup:
     """The MIG checks on a node set as one task group, for any DAG (rack onboarding calls it with
     its nodes): plan → take → layouts → isolation probes → busy → refused layout → restore. Its
     settings come from the calling DAG's params where it has them (`DEFAULTS` otherwise); its
-    verdicts go to the run `fv_run`. The caller adds its own report (or `report`)."""
+    verdicts go to the run `fv_run`. The caller adds its own report (or `report`). `in_service`
+    false: the nodes serve no tenant yet, so every one of them is taken (no budget wave)."""
     from fleetval_airflow.probe_pod import ProbePodOperator
 
     with TaskGroup(group_id=group_id) as group:
-        planned = plan(fv_run, nodes)
+        planned = plan(fv_run, nodes, in_service)
         taken = take(fv_run)
         applied = apply_layouts(fv_run)
         first = baseline_probes(fv_run)
@@ -360,3 +365,8 @@ def mig_stage(fv_run: Any, nodes: Any = None, *, group_id: str = "mig") -> TaskG
         during >> stopped >> judged >> busy >> refused >> restored
         filled >> stopped  # the fillers go even when the probes between broke
     return group
+
+
+def mig_onboarding_stage(fv_run: Any, nodes: Any, *, group_id: str = "mig") -> TaskGroup:
+    """`mig_stage` for rack onboarding (its registry names this): the rack's MIG nodes, all of them."""
+    return mig_stage(fv_run, nodes, group_id=group_id, in_service=False)

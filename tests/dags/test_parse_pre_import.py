@@ -100,19 +100,9 @@ def test_a_dag_file_that_loads_the_operator_names_it(dag_file: str) -> None:
         assert KPO_MODULE in imports, f"{dag_file}: add `import {KPO_MODULE}  # noqa: F401`"
 
 
-# DAG files their authors have yet to give the line (strict: the mark fails once they have it).
-TASK_MODULE_PENDING = {"rack_onboarding.py"}
-
-
 @pytest.mark.parametrize(
     "dag_file",
-    [
-        pytest.param(
-            p.name,
-            marks=pytest.mark.xfail(p.name in TASK_MODULE_PENDING, reason="not named yet", strict=True),
-        )
-        for p in sorted(DAGS.glob("*.py"))
-    ],
+    [p.name for p in sorted(DAGS.glob("*.py"))],
 )
 def test_a_dag_file_whose_tasks_use_task_names_its_module(dag_file: str) -> None:
     imports = top_level_imports(ast.parse((DAGS / dag_file).read_text()))

@@ -23,6 +23,7 @@ def test_one_task_group_per_registered_stage(dagbag: Any) -> None:
 
     dag = dagbag.dags[DAG]
     chain = ["plan_onboarding"]
+    group_tasks: list[str] = []
     for stage in STAGES:
         for k in range(1, stage.rounds + 1):
             chain += [f"{stage.name}.list_{k}", f"{stage.name}.round_{k}"]
@@ -33,6 +34,9 @@ def test_one_task_group_per_registered_stage(dagbag: Any) -> None:
             assert probe.partial_kwargs["map_index_template"] == stage.map_index
             rule = dag.get_task(f"{stage.name}.list_{k}").trigger_rule
             assert rule == ("all_done" if k == 1 else "none_skipped")  # an empty round ends the stage
+        if stage.runner == "group":  # a layer's own task group between its node list and the judge
+            chain.append(f"{stage.name}.nodes")
+            group_tasks += [t for t in dag.task_ids if t.startswith(f"{stage.name}.checks.")]
         chain.append(f"{stage.name}.judge")
     chain += [
         "propose_baselines",
@@ -44,8 +48,10 @@ def test_one_task_group_per_registered_stage(dagbag: Any) -> None:
         "report",
     ]
     for upstream, downstream in itertools.pairwise(chain):
+        if upstream.endswith(".nodes"):
+            continue  # the group's own wiring: test_a_layers_own_task_group_joins_with_one_registry_entry
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    assert len(dag.tasks) == len(chain)
+    assert group_tasks and len(dag.tasks) == len(chain) + len(group_tasks)
     for task_id in ("approve_baselines", "approve_nodes"):  # the question's options are known at run time
         hitl = dag.get_task(task_id)
         assert hitl.operator_class.__name__ == "HITLOperator" and hitl.partial_kwargs["multiple"] is True
@@ -56,6 +62,7 @@ def test_one_task_group_per_registered_stage(dagbag: Any) -> None:
         "layer:operator",
         "layer:device",
         "layer:network",
+        "layer:sharing",
         "schedule:manual",
         "owner:fleet-validation",
     }
@@ -114,21 +121,18 @@ def test_rack_suggestions_round_trip_and_never_break_parsing(
     assert onboarding_tasks.suggestions("racks") == []
 
 
-def test_a_layers_own_task_group_joins_with_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The MIG entry the registry's comment shows, added: its task group runs on the nodes still in."""
+def test_a_layers_own_task_group_joins_with_one_registry_entry() -> None:
+    """The MIG layer's registry entry: mig_validation's task group runs on the nodes still in."""
     from airflow.dag_processing.dagbag import DagBag
 
     from fleetval.onboarding import registry
     from tests.paths import DAGS, KNOWN_POOLS
 
-    mig = registry.StageSpec(
-        "mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=registry.MIG_GROUP
-    )
-    monkeypatch.setattr(registry, "STAGES", (*registry.STAGES, mig))
+    assert registry.STAGES[-1] == registry.stage_spec("mig") and registry.STAGES[-1].runner == "group"
     bag = DagBag(dag_folder=str(DAGS / "rack_onboarding.py"), known_pools=KNOWN_POOLS)
     assert bag.import_errors == {}
     dag = bag.dags[DAG]
-    last = f"{STAGES[-1].name}.judge"
+    last = f"{registry.STAGES[-2].name}.judge"
     assert dag.get_task(last).downstream_task_ids == {"mig.nodes"}
     assert "mig.checks.plan" in dag.get_task("mig.nodes").downstream_task_ids
     group_ends = {

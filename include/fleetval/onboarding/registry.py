@@ -48,6 +48,8 @@ class StageSpec:
     group: str = ""
 
 
+MIG_GROUP: Final = "fleetval_airflow.mig_tasks:mig_onboarding_stage"
+
 STAGES: Final[tuple[StageSpec, ...]] = (
     StageSpec("operator", "GPU Operator and isolation", "pod", 1, "fleetval.onboarding.stages:OPERATOR"),
     StageSpec("dcgm", "DCGM diagnostic", "pod", 1, "fleetval.onboarding.stages:DCGM"),
@@ -62,10 +64,8 @@ STAGES: Final[tuple[StageSpec, ...]] = (
         "fleetval.onboarding.stages:NCCL_PAIRS",
         REPEAT_MAP_INDEX,
     ),
-    # The MIG layer joins onboarding with this entry:
-    # StageSpec("mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=MIG_GROUP),
+    StageSpec("mig", "MIG layouts", "group", 0, "fleetval.onboarding.stages:MIG", group=MIG_GROUP),
 )
-MIG_GROUP: Final = "fleetval_airflow.mig_tasks:mig_stage"
 
 
 def stage_spec(name: str) -> StageSpec:

@@ -57,7 +57,10 @@ def test_every_stage_passed_admits() -> None:
     report = gate(passing([*NODES, "e"], PAIRS))
     assert {n: g.action for n, g in report.nodes.items()} == dict.fromkeys([*NODES, "e"], ADMIT)
     assert report.nodes["a"].reason == "every stage passed"
-    assert report.nodes["a"].stages == dict.fromkeys(["operator", "dcgm", "nccl_intra", "nccl_pairs"], "pass")
+    assert report.nodes["a"].stages == {
+        **dict.fromkeys(["operator", "dcgm", "nccl_intra", "nccl_pairs"], "pass"),
+        "mig": "not applicable",  # not a MIG pool node
+    }
 
 
 def test_warn_asks_fail_holds_and_stops_the_funnel() -> None:
