@@ -4,6 +4,7 @@ API of a real cluster or of `fleetval sim serve`), and what a probe left (ProbeO
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +35,16 @@ class NodeInfo:
     @property
     def quarantined(self) -> bool:
         return QUARANTINE_LABEL in self.labels
+
+    @property
+    def onboarding(self) -> bool:
+        """Still being onboarded (rack_onboarding owns it until it admits or holds it)."""
+        return is_onboarding(self.taints)
+
+
+def is_onboarding(taints: Iterable[Mapping[str, Any]] | None) -> bool:
+    """Whether a node's taints (as NodeInfo or the API's Node spec lists them) hold the onboarding taint."""
+    return any(t.get("key") == ONBOARDING_TAINT for t in taints or ())
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,7 @@ def plan(fv_run: int, nodes: list[str] | None = None, in_service: bool = True) -
             refused=_setting("refused_layout"),
             week=f"{logical.isocalendar().year}-W{logical.isocalendar().week:02d}",
             rack_label=config.settings().rack_label,
+            include_onboarding=not in_service,
         )
         store.update_run_meta(fv_run, mig_plan=made.to_json(), mig_config=mig_config, run_key=_run_key())
         meta = store.run_meta(fv_run)

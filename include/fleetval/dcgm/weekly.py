@@ -67,6 +67,8 @@ def why_not_idle(node: NodeInfo) -> str | None:
         return "no GPUs"
     if node.quarantined:
         return "quarantined"
+    if node.onboarding:
+        return "being onboarded (rack_onboarding)"
     if node.unschedulable:
         return "cordoned"
     if node.gpu_pods:

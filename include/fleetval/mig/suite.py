@@ -42,7 +42,7 @@ from fleetval.errors import FleetvalError
 from fleetval.k8s.cluster import GPU_NODE_SELECTOR, PAGE, gpu_pods_per_node, paged
 from fleetval.mig import catalog as mig_catalog
 from fleetval.mig import isolation, reconfig
-from fleetval.nodes import QUARANTINE_LABEL, NodeActions
+from fleetval.nodes import QUARANTINE_LABEL, NodeActions, is_onboarding
 from fleetval.policy.blast_radius import DiagnosisBudget, plan_waves
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
@@ -329,8 +329,10 @@ def plan(
     week: str = "",
     max_nodes: int | None = None,
     rack_label: str = "fleetval.io/rack",
+    include_onboarding: bool = False,
 ) -> MigPlan:
-    """Which nodes a run takes and what it does on each (pure; see the module doc)."""
+    """Which nodes a run takes and what it does on each (pure; see the module doc). Nodes still
+    being onboarded are rack_onboarding's, unless it is the caller (`include_onboarding`)."""
     skipped: dict[str, str] = {}
     eligible: dict[str, NodePlan] = {}
     rack_of: dict[str, str] = {}
@@ -349,6 +351,8 @@ def plan(
         why = None
         if QUARANTINE_LABEL in labels:
             why = "quarantined"
+        elif not include_onboarding and is_onboarding((node.get("spec") or {}).get("taints")):
+            why = "being onboarded (rack_onboarding)"
         elif (node.get("spec") or {}).get("unschedulable"):
             why = "cordoned"
         elif gpu_pods.get(name):

@@ -98,6 +98,8 @@ def why_not_sweepable(node: NodeInfo) -> str | None:
         return "no GPUs"
     if node.quarantined:
         return "quarantined"
+    if node.onboarding:
+        return "being onboarded (rack_onboarding)"
     if node.gpu_pods:
         return f"busy ({node.gpu_pods} GPU pods)"
     return None

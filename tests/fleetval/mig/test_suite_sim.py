@@ -183,9 +183,10 @@ def node(name: str, rack: str = "r01", **labels: str) -> dict[str, Any]:
         "nvidia.com/gpu.deploy.mig-manager": "true",
     }
     unschedulable = labels.pop("unschedulable", None)
+    taints = [{"key": labels.pop("taint"), "effect": "NoSchedule"}] if "taint" in labels else []
     return {
         "metadata": {"name": name, "labels": {**base, **labels}},
-        "spec": {"unschedulable": bool(unschedulable)},
+        "spec": {"unschedulable": bool(unschedulable), "taints": taints},
     }
 
 
@@ -200,9 +201,14 @@ def test_the_plan_takes_only_idle_settled_known_nodes_and_says_why_not_the_other
         node("unknown", **{"nvidia.com/gpu.product": "NVIDIA-B300"}),
         node("custom", **{"nvidia.com/mig.config": "my-own-layout"}),
         node("nomanager", **{"nvidia.com/gpu.deploy.mig-manager": "false"}),
+        node("new", taint="fleetval.io/onboarding"),
     ]
     plan = suite.plan(nodes, {"busy": 2}, "ns/cm", CONFIG, budget=DiagnosisBudget(1.0, 1.0))
     assert [n.node for n in plan.nodes] == ["a"]
+    onboarding = suite.plan(
+        nodes, {"busy": 2}, "ns/cm", CONFIG, budget=DiagnosisBudget(1.0, 1.0), include_onboarding=True
+    )
+    assert [n.node for n in onboarding.nodes] == ["a", "new"]  # rack_onboarding's own MIG stage
     assert plan.skipped == {
         "busy": "busy (2 GPU pods)",
         "cordoned": "cordoned",
@@ -212,6 +218,7 @@ def test_the_plan_takes_only_idle_settled_known_nodes_and_says_why_not_the_other
         "unknown": "GPU NVIDIA-B300 not in the MIG catalog",
         "custom": "its mig.config my-own-layout is not in the mig-parted config: it could not be restored",
         "nomanager": "no MIG manager on the node",
+        "new": "being onboarded (rack_onboarding)",
     }
 
 

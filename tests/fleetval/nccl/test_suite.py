@@ -320,9 +320,19 @@ def test_plan_covers_every_node_in_pairs_and_fits_the_map_length() -> None:
         _info("q", "r99", labels={"fleetval.io/quarantine": "x"}),
         _info("cpu", "r99", gpus=0),
         _info("other-1", "r98", profile="a100"),
+        _info(
+            "new",
+            "r99",
+            taints=({"key": "fleetval.io/onboarding", "value": "pending", "effect": "NoSchedule"},),
+        ),
     ]
     plan = nccl_plan.plan_sweep(nodes, max_wave_size=128, max_waves=128)
-    assert plan.skipped == {"busy": "busy (2 GPU pods)", "q": "quarantined", "cpu": "no GPUs"}
+    assert plan.skipped == {
+        "busy": "busy (2 GPU pods)",
+        "q": "quarantined",
+        "cpu": "no GPUs",
+        "new": "being onboarded (rack_onboarding)",
+    }
     for kind in nccl_plan.KINDS:  # one wave DAG run per wave, one mapped task per probe in it
         waves = plan.waves(kind)
         assert len(waves) <= 128
