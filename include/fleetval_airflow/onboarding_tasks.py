@@ -75,9 +75,10 @@ def suggestions(kind: str) -> list[str]:
 def remember_inventory(nodes: Sequence[NodeInfo]) -> None:
     """Rewrite the suggestions file from the cluster's GPU nodes (atomically; a failure to write is
     only logged: the form then suggests what it did before)."""
+    gpu_nodes = [n for n in nodes if n.is_gpu_node]
     data = {
-        "racks": sorted({n.rack for n in nodes if n.rack})[:MAX_SUGGESTIONS],
-        "profiles": sorted({n.profile for n in nodes if n.profile})[:MAX_SUGGESTIONS],
+        "racks": sorted({n.rack for n in gpu_nodes if n.rack})[:MAX_SUGGESTIONS],
+        "profiles": sorted({n.profile for n in gpu_nodes if n.profile})[:MAX_SUGGESTIONS],
     }
     path = cache_path()
     try:

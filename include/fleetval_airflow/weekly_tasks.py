@@ -63,9 +63,13 @@ def plan_waves(fv_run: int) -> list[dict[str, Any]]:
     if "plan" in meta:
         plan = weekly.SweepPlan.from_json(meta["plan"])
     else:
+        from fleetval_airflow.onboarding_tasks import remember_inventory
+
         max_map_length = conf.getint("core", "max_map_length", fallback=1024)
+        inventory = config.kube().list_nodes()
+        remember_inventory(inventory)  # keeps rack_onboarding's rack suggestions fresh between onboardings
         plan = weekly.plan_sweep(
-            config.kube().list_nodes(),
+            inventory,
             DiagnosisBudget(float(params["max_fleet_fraction"]), float(params["max_rack_fraction"])),
             max_waves=max_map_length,
             max_wave_size=max_map_length,

@@ -121,6 +121,9 @@ class LocalAirflow:
             **({"AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder)} if self.plugins_folder else {}),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            # A task's start-up parse of a file that imports the KubernetesPodOperator took over the
+            # default 30 s on a loaded 2-core machine (~10 s of CPU), and the task was rescheduled.
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(self.use_schedules),
             "FLEETVAL_PROBE_DEFERRABLE": "true" if self.deferrable_probes else "false",
