@@ -165,7 +165,10 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-OP-02": "gpu_operator_validation: advertised GPUs or MIG devices vs GFD (gpu_operator.advertised)",
     "D-OP-03": "gpu_operator_validation: a no-GPU probe pod per node class (gpu_operator.isolation)",
     "D-OP-04": "gpu_operator_validation: a rollout sampled vs upgradePolicy (gpu_operator.upgrade_policy)",
-    "D-DEV-01": "dcgm.judge at the onboarding gate (no onboarding DAG yet)",
+    "D-DEV-01": (
+        "rack_onboarding: DCGM r2 per node at the onboarding gate (dcgm.judge); a warned node waits for "
+        "an operator's answer (HITL), stored in its verdict (onboarding.gate, onboarding.actions)"
+    ),
     "D-DEV-02": "xid_remediation: DCGM r3 after an Xid (dcgm.judge, post-xid gate)",
     "D-DEV-03": "weekly_health_sweep: DCGM r2 on every idle GPU node, coverage verdict",
     "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (dcgm.judge)",
