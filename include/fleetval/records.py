@@ -7,6 +7,8 @@ CLI) is their only wire format.
 from __future__ import annotations
 
 import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,24 @@ def worst(results: list[Result] | tuple[Result, ...]) -> Result:
     if not results:
         return Result.INCONCLUSIVE
     return max(results, key=lambda r: r.severity)
+
+
+def summarize(
+    verdicts: Iterable[Mapping[str, Any]], *, accepted: tuple[Result, ...] = (Result.PASS,)
+) -> dict[str, Any]:
+    """A suite's run summary: counts per criterion and result, and one line per stored verdict whose
+    result is not `accepted`."""
+    rows = list(verdicts)
+    counts = Counter((str(v["criterion"]), str(v["result"])) for v in rows)
+    width = max((len(str(v["criterion"])) for v in rows), default=0)
+    return {
+        "counts": {f"{c} {r}": n for (c, r), n in sorted(counts.items())},
+        "not_passed": [
+            f"{v['result']:>12}  {v['criterion']:<{width}} {v['subject']}: {v['reason']}"
+            for v in rows
+            if v["result"] not in accepted
+        ],
+    }
 
 
 @dataclass(frozen=True, slots=True)

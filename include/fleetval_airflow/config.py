@@ -6,6 +6,7 @@ at DAG parse time).
 - Connection `kubernetes_default`: the cluster — a customer's, or the simulated one that
   `fleetval sim serve` serves — through the provider's hook.
 - The environment settings (`FLEETVAL_*`): `settings()`.
+- A suite run's common end (`finish_suite_run`): its summary stored, printed and made the task's state.
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ def url_from_connection(conn: Connection) -> str:
 
 def store() -> Store:
     return _store_for(db_url())
+
+
+def finish_suite_run(fv_run: int, summary: dict[str, Any], checks: str) -> dict[str, Any]:
+    """Store the summary (`fleetval.records.summarize`) in the run and end it; print it, and fail the
+    task when any check did not pass, so the run is red with the reasons in this log."""
+    store().update_run_meta(fv_run, summary=summary)
+    store().finish_run(fv_run)
+    for key, count in summary["counts"].items():
+        print(f"{count:>5}  {key}")
+    print("\n".join(summary["not_passed"]) or "every check passed")
+    if summary["not_passed"]:
+        raise RuntimeError(f"{len(summary['not_passed'])} {checks} checks did not pass (listed above)")
+    return summary
 
 
 def settings() -> Settings:

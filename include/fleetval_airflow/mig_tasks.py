@@ -312,6 +312,7 @@ def report(fv_run: int) -> dict[str, Any]:
     criterion's verdict (its step broke) gets an `error` one. The task fails on any, so the run is
     red with the reasons in this log."""
     from fleetval.mig import suite
+    from fleetval.records import summarize
     from fleetval_airflow import config
 
     store = config.store()
@@ -324,15 +325,7 @@ def report(fv_run: int) -> dict[str, Any]:
         suite.nothing_taken(
             store, fv_run, suite.MigPlan.from_json(meta["mig_plan"]), meta.get("mig_taken") or []
         )
-    summary = suite.summarize(store.verdicts(fv_run))
-    store.update_run_meta(fv_run, summary=summary)
-    store.finish_run(fv_run)
-    for key, count in summary["counts"].items():
-        print(f"{count:>5}  {key}")
-    print("\n".join(summary["not_passed"]) or "every check passed")
-    if summary["not_passed"]:
-        raise RuntimeError(f"{len(summary['not_passed'])} MIG checks did not pass (listed above)")
-    return summary
+    return config.finish_suite_run(fv_run, summarize(store.verdicts(fv_run)), "MIG")
 
 
 def mig_stage(fv_run: Any, nodes: Any = None, *, group_id: str = "mig", in_service: bool = True) -> TaskGroup:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -39,7 +38,7 @@ from fleetval.mig.sharing import judge_time_slicing
 from fleetval.nodes import NodeInfo
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
-from fleetval.records import Result, Verdict
+from fleetval.records import Verdict
 from fleetval.store.repository import Store
 
 SUITE: Final = "gpu_operator_validation"
@@ -255,18 +254,3 @@ def check_upgrade_policy(
         lambda _s, text: judge_rollout(source, policy, snapshots, interval_s=interval_s),
     )
     return verdict
-
-
-def summarize(verdicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Counts per criterion and result, and one line per verdict that did not pass."""
-    rows = list(verdicts)
-    counts = Counter((str(v["criterion"]), str(v["result"])) for v in rows)
-    bad = [
-        f"{v['result']:>12}  {v['criterion']:<8} {v['subject']}: {v['reason']}"
-        for v in rows
-        if v["result"] not in (Result.PASS.value, Result.WARN.value)
-    ]
-    return {
-        "counts": {f"{c} {r}": n for (c, r), n in sorted(counts.items())},
-        "not_passed": bad,
-    }

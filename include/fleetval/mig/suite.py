@@ -1127,17 +1127,3 @@ def nothing_taken(store: Store, run_id: int, mig_plan: MigPlan, taken: Sequence[
     )
     store.add_verdicts(run_id, [verdict])
     return verdict
-
-
-def summarize(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts per criterion and result, and one line per verdict that did not pass."""
-    rows = list(verdicts)
-    counts = Counter((str(v["criterion"]), str(v["result"])) for v in rows)
-    return {
-        "counts": {f"{c} {r}": n for (c, r), n in sorted(counts.items())},
-        "not_passed": [
-            f"{v['result']:>12}  {v['criterion']:<12} {v['subject']}: {v['reason']}"
-            for v in rows
-            if v["result"] != Result.PASS.value
-        ],
-    }
