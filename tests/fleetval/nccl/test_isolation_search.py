@@ -189,9 +189,29 @@ def test_a_node_that_looks_good_asks_its_failures_again_while_it_clears() -> Non
     assert (result.bad, result.bad_links, result.undetermined) == ((), (link,), ())
     flipped = calls[first]
     asked = [k for k, round_ in enumerate(rounds_of(result), 1) if flipped in round_]
-    # asked again right after the node's third pass (before it is cleared), three times: the
-    # question and the clearing share those rounds (13 rounds when the question waited for it)
-    assert asked[1:] == [7, 8, 9] and result.rounds == 11
+    # asked again once the node's passes equal its failing partners (two each, before it is
+    # cleared), three times: the question and the clearing share those rounds (11 rounds when it
+    # waited for a third pass, 13 when it waited for the clearing)
+    assert asked[1:] == [6, 7, 8] and result.rounds == 10
+
+
+def test_a_bad_node_with_flipped_passes_is_not_asked_a_failing_question_over_and_over() -> None:
+    """Two flipped passes give a bad node as many passes as failing partners: it asks a failure
+    again, but a pair that failed again points at a real fault, so it gets distinct partners and
+    is blamed (asking the same failing pairs again would leave it undetermined at its cap)."""
+    nodes = fleet(16)
+    for bad in ("r00-n02", "r00-n05", "r00-n12"):
+        calls: list[Group] = []
+
+        def probe(group: Group, bad: str = bad, calls: list[Group] = calls) -> bool:
+            calls.append(group)
+            after_screen = [g for g in calls[len(nodes) :] if bad in g]
+            return bad not in group or (len(calls) > len(nodes) and len(after_screen) <= 2)
+
+        result = locate_bad_nodes(nodes, probe)
+        assert (result.bad, result.undetermined, result.bad_links) == ((bad,), (), ()), bad
+        later = [r.group for r in result.probes if r.round > 2 and bad in r.group]
+        assert max(later.count(g) for g in later) == 2, bad  # asked again once, then moved on
 
 
 def test_five_percent_noisy_answers_seeded() -> None:
