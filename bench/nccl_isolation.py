@@ -239,7 +239,8 @@ def main() -> None:
     for policy in (PAIRS_POLICY, SWEPT_POLICY):
         print(
             f"policy {policy.policy_id}: clear {policy.clear_margin}, blame {policy.blame_margin}, "
-            f"link {policy.link_margin} (cleared by {policy.link_clear_margin})"
+            f"link {policy.link_margin} (cleared by {policy.link_clear_margin}), "
+            f"re-ask lead {policy.reask_lead}"
         )
     print(
         f"{args.placements} placements per cell; correct in %, undet / wrong are counts; rounds: mean, "
