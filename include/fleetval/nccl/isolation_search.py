@@ -97,9 +97,10 @@ class IsolationPolicy:
     max_link_probes: int = 13  # re-probes of one pair before its link is undetermined
     max_rounds: int = 64
     # A suspect this many passes ahead of its failing partners asks a failure again (module doc,
-    # Rounds). 0: each flipped failure of a good node costs the question's passes, which clear it
-    # too, not fresh partners first (bench, 16 nodes, 1 bad link, 5 % noise: p95 12 rounds, was 13
-    # with 1); -1 also re-asks for a bad node with one flipped pass (2 bad nodes: 98.6 % correct).
+    # Rounds). 0: a good node's flipped failure costs the question's passes, which clear it too,
+    # not fresh partners first (bench, 16 nodes, 1 bad link, 5 % noise: p95 12 rounds, was 13 with
+    # 1). -1 (p95 11) re-asks for a bad node with one flipped pass too: its rounds go to questions
+    # that say nothing about it (2 bad nodes: 98.6 % correct, undetermined at its probe cap).
     reask_lead: int = 0
 
     def to_json(self) -> dict[str, Any]:
