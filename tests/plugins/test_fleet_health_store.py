@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fleetval.records import Result, Verdict
 from fleetval.store import fleet_health as fh
 from fleetval.store.repository import MeasurementIn, ProbeIn, Store
+from tests.plugins.reference_cells import reference_cells
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -337,7 +338,10 @@ def test_the_incremental_cells_equal_a_full_recomputation_after_each_change(stor
     cache = fh.FleetCells(store.engine)
 
     def full() -> fh.Cells:
-        return fh.latest_cells(store.engine, from_run=cache.get().from_run)
+        from_run = cache.get().from_run
+        computed = fh.latest_cells(store.engine, from_run=from_run)
+        assert computed == reference_cells(store, from_run=from_run)  # the SQL means what it says
+        return computed
 
     def refreshed() -> tuple[fh.Cells, str]:
         got = cache.get()
@@ -381,6 +385,7 @@ def test_runs_leaving_the_horizon_take_their_cells_with_them(store: Store) -> No
     later = cache.get(now=NOW)  # 20 days back from now no longer reaches w-old
     assert later.from_run > old and set(later.cells) == {"b"} and set(later.r2) == {"b"}
     assert later == fh.latest_cells(store.engine, from_run=later.from_run)
+    assert later == reference_cells(store, from_run=later.from_run)
 
 
 def test_a_rack_onboarded_after_the_newest_weekly_sweep_is_in_the_inventory(store: Store) -> None:
@@ -418,3 +423,67 @@ def test_a_later_judgement_in_the_same_run_replaces_an_earlier_one(store: Store)
     assert grid.cells["b"]["device"].result == "fail"
     cache = fh.FleetCells(store.engine)
     assert cache.get(now=NOW).cells["a"]["device"].result == "pass"
+
+
+def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: Store) -> None:
+    """Every rule the cells' SQL encodes, against `reference_cells` (Python over every row): the
+    newest run per node and layer, its worst within the batch window, GPU records under their
+    node, blame without a node column, pairs, other layers, ties, and the r2 of each node."""
+    w1 = weekly(store, "w1", {"a": "pass", "b": "warn", "c": "fail"}, at=NOW - dt.timedelta(days=9))
+    w2 = weekly(store, "w2", {"a": "pass", "b": "pass"}, at=NOW - dt.timedelta(days=2))
+    # a GPU record failing under a passing node verdict of the same judgement decides g
+    store.add_verdicts(w2, [v("D-DEV-03", "g", "pass"), v("D-DEV-04", "GPU-g-7", "fail")], node="g")
+    run(store, "w2", "weekly", [], at=NOW - dt.timedelta(days=2))
+    # a run judging a node twice, more than the batch window apart: the later judgement alone
+    xid = run(store, "xid/c", "xid", [v("D-DEV-06", "c", "fail")], at=NOW - dt.timedelta(hours=3), node="c")
+    store.add_verdicts(xid, [v("D-DEV-02", "c", "pass"), v("D-DEV-05", "c", "warn")], node="c")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion <> 'D-DEV-06'"),
+            {"at": NOW - dt.timedelta(hours=2), "r": xid},
+        )
+    # within the window: both count
+    near = run(store, "xid/a", "xid", [v("D-DEV-06", "a", "fail")], at=NOW - dt.timedelta(hours=1), node="a")
+    store.add_verdicts(near, [v("D-DEV-02", "a", "pass")], node="a")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion = 'D-DEV-02'"),
+            {"at": NOW - dt.timedelta(hours=1) + dt.timedelta(seconds=30), "r": near},
+        )
+    # two runs judged at the same moment: the higher run id is the newer
+    for key, result in (("tie/1", "fail"), ("tie/2", "pass")):
+        run(store, key, "xid", [v("D-DEV-06", "b", result)], at=NOW - dt.timedelta(hours=5), node="b")
+    # the network layer: a node's own verdict, a blame without a node column, a pair
+    nccl = run(
+        store, "n1", fh.NCCL_SUITE, [v("D-NET-NCCL-01", "a", "pass")], at=NOW - dt.timedelta(days=1), node="a"
+    )
+    store.add_verdicts(nccl, [v("D-NET-NCCL-02", "c", "fail"), v("D-NET-NCCL-02", "a+b", "warn")])
+    # an onboarding r2 and a weekly r2 at one moment; an error is not an r2; a non-node layer
+    both = run(store, "both", "weekly", [v("D-DEV-01", "d", "warn")], at=NOW - dt.timedelta(days=4), node="d")
+    store.add_verdicts(both, [v("D-DEV-03", "d", "pass"), v("D-DEV-03", "e", "error")], node=None)
+    store.add_verdicts(both, [v("D-DEV-03", "e2", "error")], node="e2")
+    store.add_verdicts(both, [v("D-DEV-02", "a", "fail")], node="a")  # a later run, judged earlier
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE verdicts SET judged_at = :at, node = subject WHERE run_id = :r AND subject = 'd'"
+            ),
+            {"at": NOW - dt.timedelta(days=4), "r": both},
+        )
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r"),
+            {"at": NOW - dt.timedelta(days=4), "r": both},
+        )
+    run(store, "kueue/1", fh.KUEUE_SUITE, [v("D-SCHED-06", "kueue/gang", "fail")], at=NOW)
+
+    for from_run in (0, w1 + 1, w2 + 1):
+        assert fh.latest_cells(store.engine, from_run=from_run) == reference_cells(store, from_run=from_run)
+    cells = fh.latest_cells(store.engine).cells
+    assert cells["b"]["device"].result == "pass"  # tie/2: the higher run
+    assert cells["g"]["device"].result == "fail" and cells["g"]["device"].verdicts == 2
+    assert cells["c"]["device"].result == "warn" and cells["c"]["device"].verdicts == 2
+    assert cells["a"]["device"].result == "fail" and cells["a"]["device"].verdicts == 2
+    assert cells["kueue/gang"]["scheduling"].result == "fail"
+    r2 = fh.latest_cells(store.engine).r2
+    assert r2["d"].criterion == "D-DEV-03" and r2["d"].result == "warn"
+    assert "e2" not in r2 and "e" not in r2

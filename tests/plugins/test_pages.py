@@ -12,10 +12,12 @@ import pytest
 from bench.fleet_page import KUEUE_SCENARIOS, fill, node_names
 from fleet_health import pages
 from fleetval.criteria import CRITERIA, IMPLEMENTED_BY
+from fleetval.store import fleet_health as fh
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.repository import Store
 from tests.conftest import _fresh_pg_db
+from tests.plugins.reference_cells import reference_cells
 
 BADGE = re.compile(r'<span class="badge r-([a-z]+)">([^<]*)</span>')
 CELL = re.compile(
@@ -72,6 +74,14 @@ def test_the_fleet_heatmap_shows_every_node_with_a_letter_its_result_and_a_link(
     for result, letter in pages.LETTER.items():  # the legend spells every letter out
         assert f'<span class="cell r-{result}">{letter}</span> {result}' in html
     assert "64 nodes in 4 racks" in html and 'id="layers"' in html
+
+
+def test_the_bench_fleets_cells_equal_a_plain_recomputation(fleet: Store) -> None:
+    """The bench's fleet (weekly sweeps with GPU records, NCCL pairs and blame, Xid runs judged in
+    two steps, Kueue, onboarding): the cells' SQL against Python over every verdict."""
+    assert fh.latest_cells(fleet.engine) == reference_cells(fleet)
+    cold = fh.FleetCells(fleet.engine, horizon_days=None).get()
+    assert cold == reference_cells(fleet, from_run=cold.from_run)
 
 
 def test_the_problem_filter_keeps_racks_with_a_node_not_passing(fleet: Store) -> None:
