@@ -13,7 +13,8 @@ short synthetic text (the page never reads them); times are spread over the week
 
 Each view (`plugins/fleet_health/pages.py`, the HTML a browser gets, without HTTP) is timed
 against a reference: `COPY (SELECT … ) TO STDOUT` of the rows the view's queries read — the
-verdict columns of the horizon's runs for the heatmap, the r2 verdicts for the coverage, one
+verdict columns of the horizon's runs for the heatmap (which itself reads their counts in
+`verdict_groups`, kept by triggers since migration 0007), the r2 verdicts for the coverage, one
 node's verdicts and events, the measurements of one NCCL subject, and so on. The heatmap and
 coverage are timed cold (a fresh `FleetCells`: the first load after the api-server starts), warm
 (nothing judged since the last load) and after a new Xid run is written (not timed). Sides

@@ -487,3 +487,54 @@ def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: 
     r2 = fh.latest_cells(store.engine).r2
     assert r2["d"].criterion == "D-DEV-03" and r2["d"].result == "warn"
     assert "e2" not in r2 and "e" not in r2
+
+
+def test_postgresqls_verdict_groups_are_the_verdicts_counted_after_every_kind_of_write(store: Store) -> None:
+    """The triggers of migration 0007 keep `verdict_groups` equal to counting the verdicts again:
+    after inserts, upserts that change a result or a judgement time, direct updates, a run's
+    deletion (cascading to its verdicts) and a truncation."""
+    if store.engine.dialect.name != "postgresql":
+        return  # SQLite groups the verdicts at each load
+    # the product's severities (the migration froze them: a change there must show here)
+    sev = "CASE result " + " ".join(f"WHEN '{r}' THEN {n}" for r, n in fh.SEVERITY.items()) + " ELSE 4 END"
+    levels = range(len(fh.RESULTS))
+    counts = ", ".join(f"n{s}, r{s}" for s in levels)
+    recount = ", ".join(
+        f"count(*) FILTER (WHERE {sev} = {s}), "
+        f"count(*) FILTER (WHERE {sev} = {s} AND node IS NOT NULL AND result <> 'error')"
+        for s in levels
+    )
+
+    def same() -> bool:
+        with store.engine.connect() as conn:
+            kept = set(
+                conn.execute(
+                    sa.text(f"SELECT run_id, who, criterion, judged_at, {counts} FROM verdict_groups")
+                )
+            )
+            again = set(
+                conn.execute(
+                    sa.text(
+                        f"SELECT run_id, coalesce(node, subject), criterion, judged_at, {recount} "
+                        "FROM verdicts GROUP BY 1, 2, 3, 4"
+                    )
+                )
+            )
+        return kept == again
+
+    w1 = weekly(store, "w1", {"a": "pass", "b": "fail"}, at=NOW - dt.timedelta(days=7))
+    assert same()
+    store.add_verdicts(w1, [v("D-DEV-03", "a", "error"), v("D-DEV-04", "GPU-c-1", "warn")], node="a")
+    assert same()  # an upsert moved a's verdict to another result and judgement time
+    store.add_verdicts(w1, [v("D-NET-NCCL-02", "a+b", "fail"), v("D-NET-NCCL-02", "b", "fail")])
+    x = run(store, "x", "xid", [v("D-DEV-06", "b", "fail")], at=NOW, node="b")
+    assert same()
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE verdicts SET result = 'pass', node = NULL WHERE run_id = :r"), {"r": w1})
+    assert same()
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM runs WHERE id = :r"), {"r": x})
+    assert same()
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE verdicts"))
+    assert same()
