@@ -10,6 +10,8 @@ NCCL against them; the healthy nodes are admitted before anyone answers; the fai
 and never offered; one warned node is approved (in service, untainted), the other not (held, the
 reason recorded), and the answer is in their D-DEV-01 verdicts. The second run re-onboards the held
 node and nobody answers: the timeout holds it. The form refuses bad input before a run exists.
+`make test` runs the form check and a shorter approval (three nodes, no pairs); the full flow is
+`e2e_long`.
 """
 
 from __future__ import annotations
@@ -129,6 +131,46 @@ def test_the_form_refuses_bad_input_before_a_run_exists(e2e: Any) -> None:
             airflow.call("POST", f"/api/v2/dags/{DAG}/dagRuns", {"logical_date": None, "conf": conf})
         assert refused.value.code == 400, conf
     assert airflow.runs(DAG) == []
+
+
+def test_one_warned_node_approved_the_other_not_both_answers_over_rest(e2e: Any) -> None:
+    """The approval path in `make test` (the longer flow below adds pairs, a failing node and the
+    timeout): three new nodes, no pairs; both questions answered through the REST API."""
+    env = e2e(FLEET)
+    kube, airflow, store = env.kube, env.airflow, env.kube.store
+    picked = ["r01-n01", "r01-n02", "r01-n03"]  # healthy; a thermal warning each on the other two
+    register_tainted(kube, picked)
+
+    run_id = airflow.trigger(DAG, {"rack": "r01", "nodes": picked, "run_pairs": False})
+    run_key = f"{DAG}/{run_id}"
+    question = wait_question(airflow, run_id, "approve_baselines")
+    candidates = [o for o in question["options"] if o != PROMOTE_NONE]
+    assert [o.split()[2].rstrip(":") for o in candidates] == ["intra-8"]  # no pairs: no inter scope
+    answer(airflow, run_id, "approve_baselines", candidates)
+
+    question = wait_question(airflow, run_id, "approve_nodes")
+    assert question["options"] == ["r01-n02", "r01-n03", HOLD_ALL]
+    assert question["defaults"] == [HOLD_ALL]
+    assert "GPU 3" in question["body"] and "GPU 5" in question["body"]
+    reply = answer(airflow, run_id, "approve_nodes", ["r01-n02"])
+    assert reply["responded_by"]["name"] == "admin" and reply["chosen_options"] == ["r01-n02"]
+    assert airflow.wait_run(DAG, run_id, timeout_s=600) == "success"
+
+    for node in ("r01-n01", "r01-n02"):
+        assert taint(kube, node) is None, node
+        assert labels(kube, node)["fleetval.io/in-service"] == "true"
+    assert taint(kube, "r01-n03") == "held" and "fleetval.io/in-service" not in labels(kube, "r01-n03")
+    assert "fleetval.io/onboarding" not in labels(kube, "r01-n05")  # not asked for: untouched
+    approved, held = d_dev_01(store, run_key, "r01-n02"), d_dev_01(store, run_key, "r01-n03")
+    assert (approved["result"], approved["action"]) == ("warn", "admit_approved")
+    assert approved["evidence"]["approval"]["by"] == "admin"
+    assert held["action"] == "hold_not_approved" and held["evidence"]["approval"]["answer"] == "held"
+    assert store.promoted_baseline(profile=PROFILE, metric=METRIC, scope="intra-8") is not None
+    assert store.promoted_baseline(profile=PROFILE, metric=METRIC, scope="inter-2x8") is None
+    report = onboarding_report(store, store.run_id(run_key))
+    assert report is not None
+    assert (report["admitted"], report["held"]) == (["r01-n01", "r01-n02"], ["r01-n03"])
+    assert report["stages"]["nccl_pairs"]["enabled"] is False
 
 
 # Two runs of about 45 task processes each (about 25 of them one after another): minutes on two
