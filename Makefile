@@ -65,7 +65,7 @@ postgres: $(STAMP)
 	exit 1
 
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
-# on a 2-core machine; `make test-all` runs those too (about 35 min there).
+# on a 2-core machine (about 12 min there); `make test-all` runs those too (about 30 min).
 test: $(STAMP) tools lint typecheck postgres
 	$(BIN)/pytest -q -m "not e2e_long"
 
