@@ -871,7 +871,7 @@ def _copy_replace_measurements(
     behind each, which every insert of the same key then has to check)."""
     table: Table = Measurement.__table__  # type: ignore[assignment]
     stored = conn.exec_driver_sql(
-        "SELECT EXISTS (SELECT 1 FROM measurements WHERE probe_id = ANY(%s))", (list(probe_ids),)
+        "SELECT EXISTS (SELECT 1 FROM measurements WHERE probe_id = ANY(%s::bigint[]))", (list(probe_ids),)
     ).scalar()
     if not stored:
         copy_rows(conn, "measurements", MEASUREMENT_COLUMNS, rows, types_of=table)
@@ -881,7 +881,7 @@ def _copy_replace_measurements(
     sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in values)
     with _staged(conn, "measurements", MEASUREMENT_COLUMNS, rows, table) as stage:
         conn.exec_driver_sql(
-            f"DELETE FROM measurements m WHERE m.probe_id = ANY(%s) AND NOT EXISTS "
+            f"DELETE FROM measurements m WHERE m.probe_id = ANY(%s::bigint[]) AND NOT EXISTS "
             f"(SELECT 1 FROM {stage} s WHERE s.probe_id = m.probe_id AND s.seq = m.seq)",
             (list(probe_ids),),
         )
@@ -916,7 +916,7 @@ def _verdicts_of_new_probes(conn: Connection, rows: Sequence[VerdictValues]) -> 
     if None in probe_ids:
         return False
     found = conn.exec_driver_sql(
-        "SELECT EXISTS (SELECT 1 FROM verdicts WHERE probe_id = ANY(%s))", (sorted(probe_ids),)
+        "SELECT EXISTS (SELECT 1 FROM verdicts WHERE probe_id = ANY(%s::bigint[]))", (sorted(probe_ids),)
     )
     return not found.scalar()
 

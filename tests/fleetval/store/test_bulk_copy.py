@@ -67,6 +67,20 @@ def test_postgresql_is_opened_through_psycopg_3(url: str) -> None:
     )
 
 
+def test_no_statement_is_prepared_on_the_server(pg_url: str) -> None:
+    """A plan psycopg 3 prepares is cached with the table as it was then: a sweep's per-probe
+    lookups scanned whole tables as they grew (quadratic). The store never prepares, as psycopg2
+    did not, whatever else the caller's connect_args say."""
+    for engine in (make_engine(pg_url), make_engine(pg_url, connect_args={"application_name": "t"})):
+        with engine.connect() as conn:
+            for _ in range(8):  # past psycopg's default threshold (5)
+                conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = %s::oid)", (1,))
+            assert conn.connection.dbapi_connection.prepare_threshold is None  # type: ignore[union-attr]
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
+            assert prepared == 0
+        engine.dispose()
+
+
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[Store]:
     engine = make_engine(pg_url)
