@@ -54,8 +54,9 @@ def store() -> Store:
 def finish_suite_run(fv_run: int, summary: dict[str, Any], checks: str) -> dict[str, Any]:
     """Store the summary (`fleetval.records.summarize`) in the run and end it; print it, and fail the
     task when any check did not pass, so the run is red with the reasons in this log."""
-    store().update_run_meta(fv_run, summary=summary)
-    store().finish_run(fv_run)
+    runs = store()
+    runs.update_run_meta(fv_run, summary=summary)
+    runs.finish_run(fv_run)
     for key, count in summary["counts"].items():
         print(f"{count:>5}  {key}")
     print("\n".join(summary["not_passed"]) or "every check passed")

@@ -50,7 +50,6 @@ BATCH_WINDOW: Final = dt.timedelta(seconds=60)
 
 _LAYER_OF: Final = {c.id: c.layer for c in CRITERIA}
 _SEV_SQL = case(SEVERITY, value=VerdictRow.result, else_=SEVERITY["error"])
-_LAYER_SQL = case(_LAYER_OF, value=VerdictRow.criterion, else_="other")
 
 
 def result_of(severity: int) -> str:
@@ -251,10 +250,9 @@ class Cells:
     from_run: int
 
 
-# Layers as small integers in SQL: a window partitioned by an integer sorts faster than by text.
+# Layers as small integers in SQL (integers group and sort faster than text), through a CASE
+# tried in order: the criteria of the layers holding most verdicts first.
 _LAYERS: Final = tuple(sorted({*_LAYER_OF.values(), "other"}))
-# The layer's number for SQL (a CASE tried in order: the layers holding most verdicts first;
-# integers group and sort faster than text).
 _BUSIEST_FIRST: Final = ("device", "network", "sharing", "operator")
 _LAYER_NO: Final = {
     c: _LAYERS.index(_LAYER_OF[c])
@@ -390,34 +388,21 @@ def _merge(
     """Fold `_groups` rows in: a newer run's cell replaces a cell; so does the cell of a run in
     `rerun` (recomputed whole) where the old cell came from a run in `rerun`."""
     # (node, layer number) → the groups of its newest run: (time, severity, count, run)
-    newest: dict[tuple[str, int], list[tuple[dt.datetime, int, int, int]]] = {}
-    utc = dt.UTC
+    newest: dict[tuple[str, int], list[tuple[dt.datetime, int, int, int]]] = defaultdict(list)
     for node, layer_no, run_id, at, sev, n, r2_sev, r2_criterion, in_newest, is_r2 in rows:
-        if at.tzinfo is None:  # SQLite: naive UTC
-            at = at.replace(tzinfo=utc)
+        if at.tzinfo is None:  # SQLite: naive UTC (judged_at is never null, unlike `_aware`'s values)
+            at = at.replace(tzinfo=dt.UTC)
         if in_newest:
-            key = (node, layer_no)
-            group = (at, sev, n, run_id)
-            if key in newest:
-                newest[key].append(group)
-            else:
-                newest[key] = [group]
+            newest[(node, layer_no)].append((at, sev, n, run_id))
         if is_r2 and r2_sev is not None:
             seen = r2.get(node)
             if seen is None or seen.run_id in rerun or (at, run_id) > (seen.at, seen.run_id):
                 r2[node] = R2(at, RESULTS[r2_sev], str(r2_criterion), int(run_id))
     for (node, layer_no), groups in newest.items():
-        if len(groups) == 1:  # one judgement: the usual case
-            at, sev, n, run_id = groups[0]
-            cell = Cell(RESULTS[sev], int(run_id), at, int(n))
-        else:
-            last = max(g[0] for g in groups)
-            batch = [g for g in groups if g[0] >= last - BATCH_WINDOW]
-            run_id = groups[0][3]
-            cell = Cell(RESULTS[max(g[1] for g in batch)], int(run_id), last, int(sum(g[2] for g in batch)))
-        by_layer = cells.get(node)
-        if by_layer is None:
-            by_layer = cells[node] = {}
+        last = max(g[0] for g in groups)
+        batch = [g for g in groups if g[0] >= last - BATCH_WINDOW]
+        cell = Cell(RESULTS[max(g[1] for g in batch)], int(groups[0][3]), last, int(sum(g[2] for g in batch)))
+        by_layer = cells.setdefault(node, {})
         layer = _LAYERS[layer_no]
         old = by_layer.get(layer)
         if old is None or old.run_id in rerun or _newer(cell.at, cell.run_id, old):
