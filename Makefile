@@ -8,7 +8,7 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools lint typecheck test test-all postgres demo demo-once demo-kueue demo-drill bench fuzz clean
+.PHONY: venv tools lint typecheck test test-all postgres postgres-stop demo demo-once demo-kueue demo-drill bench fuzz clean
 
 $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml jobs/ckpt-reference/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -48,21 +48,15 @@ tools:
 	  echo "warning: missing Debian packages:$$missing (tests/deploy need docker-compose, the fleet page's browser test chromium)"; \
 	fi
 
-# The tests need a real PostgreSQL: use FLEETVAL_TEST_DB_URL if set, else the local server,
-# starting it when it is installed but down.
-PG_UP = $(BIN)/python -c "import psycopg2; psycopg2.connect(host='$(PG_HOST)', port=$(PG_PORT), user='postgres', dbname='postgres', connect_timeout=3).close()" 2>/dev/null
-
-postgres: $(STAMP)
+# The tests need a real PostgreSQL: FLEETVAL_TEST_DB_URL if set, else a test server of the project's
+# own on $(PG_HOST):$(PG_PORT) (user postgres, trust), installed from Debian's packages where it is
+# missing and started when it is down (scripts/test-postgres.sh; `make postgres-stop` stops it).
+postgres:
 	@if [ -n "$$FLEETVAL_TEST_DB_URL" ]; then echo "postgres: using FLEETVAL_TEST_DB_URL"; exit 0; fi; \
-	if $(PG_UP); then exit 0; fi; \
-	if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql >/dev/null 2>&1; then \
-	  echo "postgres: starting the local cluster"; \
-	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start || true; \
-	  for i in $$(seq 1 30); do $(PG_UP) && exit 0; sleep 1; done; \
-	fi; \
-	echo "error: no PostgreSQL on $(PG_HOST):$(PG_PORT). Start one (user postgres, trust auth) or set"; \
-	echo "       FLEETVAL_TEST_DB_URL=postgresql://USER@HOST:PORT/postgres (a user that may CREATE DATABASE)."; \
-	exit 1
+	PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) scripts/test-postgres.sh start
+
+postgres-stop:
+	PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) scripts/test-postgres.sh stop
 
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
 # on a 2-core machine (about 12 min there); `make test-all` runs those too (about 30 min).
