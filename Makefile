@@ -8,7 +8,7 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools lint typecheck test test-all postgres postgres-stop demo demo-once demo-kueue demo-drill bench fuzz clean
+.PHONY: venv tools lint typecheck test test-all postgres postgres-stop controlplane demo demo-once demo-kueue demo-drill bench fuzz clean
 
 $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml jobs/ckpt-reference/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,12 +58,18 @@ postgres:
 postgres-stop:
 	PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) scripts/test-postgres.sh stop
 
+# The real control plane (etcd, kube-apiserver, controller-manager, scheduler, kubectl, Kueue) built
+# from its Go modules at the versions in controlplane/versions.env, cached outside the work tree
+# (~/.cache/fleetval/controlplane): about 10 min on 2 cores the first time, nothing after. Needs Go.
+controlplane:
+	scripts/build-controlplane.sh
+
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
 # on a 2-core machine (about 12 min there); `make test-all` runs those too (about 30 min).
-test: $(STAMP) tools lint typecheck postgres
+test: $(STAMP) tools lint typecheck postgres controlplane
 	$(BIN)/pytest -q -m "not e2e_long"
 
-test-all: $(STAMP) tools lint typecheck postgres
+test-all: $(STAMP) tools lint typecheck postgres controlplane
 	$(BIN)/pytest -q
 
 # The long fuzz run: every parser family's suite at 12,000 mutated inputs per test, a hang fails.

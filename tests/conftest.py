@@ -191,3 +191,46 @@ def sim_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     engine.dispose()
     for server in servers:
         check_server(server.calls)  # the product called only what deploy/rbac.yaml grants
+
+
+@pytest.fixture
+def real_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real control plane on loopback (`fleetval cluster up`) with a fleet's GPU nodes joined by
+    the virtual kubelet, the verdict store in a fresh PostgreSQL database; `kubernetes_default`
+    authenticates as deploy/rbac.yaml's `fleetval-runner`. Stopped after the test, and no process
+    of it may be left.
+
+    Returns `start(path=DEMO_FLEET, time_scale=0.0) -> RealKube`."""
+    import json
+
+    from fleetval.sim.controlplane import cluster
+    from fleetval.store.engine import make_engine
+    from fleetval.store.migrate import upgrade
+    from fleetval.store.repository import Store
+    from tests.realkube import RealKube, binaries_or_fail, leftover_processes
+
+    binaries_or_fail()
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    started: list[pathlib.Path] = []
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FLEETVAL_DB", json.dumps({"conn_type": "generic", "extra": {"url": pg_url}})
+    )
+
+    def start(path: pathlib.Path = DEMO_FLEET, time_scale: float = 0.0) -> RealKube:
+        state_dir = tmp_path / f"cluster-{len(started)}"
+        started.append(state_dir)
+        info = cluster.up(state_dir, path, time_scale=time_scale)
+        runner = pathlib.Path(info["runner_kubeconfig"])
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(runner)}}),
+        )
+        return RealKube(info, Store(engine), runner, pg_url, state_dir)
+
+    yield start
+    for state_dir in started:
+        cluster.down(state_dir)
+    engine.dispose()
+    for state_dir in started:
+        assert leftover_processes(state_dir) == []

@@ -1,4 +1,5 @@
-"""A simulated cluster under test: the API server, its store and clients of the real kubernetes library."""
+"""A cluster under test: the simulated one (`SimKube`: its API server and store) or the real control
+plane (`tests.realkube.RealKube`), with the same clients of the real kubernetes library."""
 
 from __future__ import annotations
 
@@ -15,18 +16,15 @@ from fleetval.store.repository import Store
 from tests.rbac import TEST_AGENT
 
 
-@dataclass
-class SimKube:
-    server: KubeApiServer
+class KubeUnderTest:
+    """What the tests do on either backend, through `api_client()`."""
+
+    backend: str
     store: Store
-    kubeconfig: pathlib.Path
-    db_url: str
+    kubeconfig: pathlib.Path  # what the product (Airflow's kubernetes_default) uses
 
     def api_client(self) -> client.ApiClient:
-        """A client of the tests' own (its calls are not the product's: see tests/rbac.py)."""
-        api = config.new_client_from_config(config_file=str(self.kubeconfig))
-        api.user_agent = TEST_AGENT
-        return api
+        raise NotImplementedError
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -69,8 +67,24 @@ class SimKube:
                 },
             },
         )
-        for _ in range(100):
+        deadline = time.monotonic() + 30  # the real scheduler and kubelet take a moment
+        while time.monotonic() < deadline:
             if self.core.read_namespaced_pod(name, "default").status.phase == "Running":
                 return name
             time.sleep(0.05)
         raise AssertionError(f"the workload pod {name} did not start on {node}")
+
+
+@dataclass
+class SimKube(KubeUnderTest):
+    server: KubeApiServer
+    store: Store
+    kubeconfig: pathlib.Path
+    db_url: str
+    backend = "sim"
+
+    def api_client(self) -> client.ApiClient:
+        """A client of the tests' own (its calls are not the product's: see tests/rbac.py)."""
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        api.user_agent = TEST_AGENT
+        return api

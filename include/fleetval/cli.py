@@ -1018,6 +1018,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--all", action="store_true", help="table: include passing per-GPU records")
     p_ver.set_defaults(func=cmd_verdicts)
 
+    from fleetval.sim.controlplane.cli import add_parser as add_cluster_parser
+
+    add_cluster_parser(sub, time_scale=time_scale, text=_text)
+
     p_crit = sub.add_parser("criteria", help="list the criteria catalog")
     p_crit.add_argument("--format", choices=["json", "markdown"], default="json")
     p_crit.set_defaults(func=cmd_criteria)

@@ -28,7 +28,6 @@ import base64
 import binascii
 import collections
 import copy
-import datetime as dt
 import hashlib
 import json
 import math
@@ -56,7 +55,7 @@ from fleetval.k8s.validation import (
     status_body,
     validate_core,
 )
-from fleetval.sim.images import ContainerContext, ContainerResult, run_container
+from fleetval.sim.images import ContainerContext
 from fleetval.sim.kube import gpu_operator, kueue, mig_manager, mig_parted_config, operands, processes
 from fleetval.sim.kube.affinity import has_required_anti_affinity, inter_pod_affinity_reason
 from fleetval.sim.kube.controllers import run_controllers
@@ -65,6 +64,18 @@ from fleetval.sim.kube.meta import TERMINAL, rfc3339, truncate_event
 from fleetval.sim.kube.mpi_operator import JOB_ROLE_LABEL
 from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
 from fleetval.sim.kube.resources import Resource, by_kind
+from fleetval.sim.kubelet.runtime import (
+    Run,
+    container_env,
+    container_status,
+    end_reason,
+    gpu_request,
+    mark_running,
+    mark_terminated,
+    pod_ip,
+    shm_bytes,
+    simulated_run,
+)
 from fleetval.store import sim_objects
 
 DEFAULT_NAMESPACES: Final = (
@@ -90,51 +101,6 @@ Key = tuple[str, str, str]  # (resource key, namespace, name)
 
 def now_rfc3339(t: float | None = None) -> str:
     return rfc3339(time.time() if t is None else t)
-
-
-def nano_rfc3339(t: float) -> str:
-    stamp = dt.datetime.fromtimestamp(t, dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond * 1000:09d}Z"
-
-
-@dataclass(slots=True)
-class Run:
-    """What the kubelet knows of a pod's base container run (not part of the API object)."""
-
-    node: str
-    gpus: list[int]
-    started: float
-    ends: float
-    output: str
-    exit_code: int
-    # A container that really runs (sim/kube/processes.py): its process, and its lines with the
-    # time the kubelet read each. Not kept in the store: a restarted server has lost its processes.
-    live: Any = None
-    stamped: list[tuple[float, str]] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "gpus": self.gpus,
-            "started": self.started,
-            "ends": self.ends if math.isfinite(self.ends) else None,  # JSON has no infinity
-            "output": self.output,
-            "exit_code": self.exit_code,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Run:
-        ends = math.inf if data["ends"] is None else float(data["ends"])
-        return cls(data["node"], list(data["gpus"]), data["started"], ends, data["output"], data["exit_code"])
-
-    def lines(self) -> list[tuple[float, str]]:
-        """Output lines with the time each was printed (spread over the run)."""
-        if self.stamped is not None:
-            return list(self.stamped)
-        lines = self.output.splitlines()
-        span = max(0.0, self.ends - self.started) if math.isfinite(self.ends) else 0.0
-        n = max(1, len(lines))
-        return [(self.started + span * (i + 1) / n, line) for i, line in enumerate(lines)]
 
 
 @dataclass(slots=True)
@@ -1106,7 +1072,7 @@ class SimKubeCluster:
         status["hostIP"] = self._node_ip(node)
         status["startTime"] = now_rfc3339(now)
         status["containerStatuses"] = [
-            _container_status(c, {"waiting": {"reason": "ContainerCreating"}})
+            container_status(c, {"waiting": {"reason": "ContainerCreating"}})
             for c in pod["spec"]["containers"]
         ]
         self._pending.discard(key)
@@ -1131,9 +1097,7 @@ class SimKubeCluster:
     def _start(self, key: Key, pod: dict[str, Any], now: float) -> None:
         node = pod["spec"]["nodeName"]
         container = pod["spec"]["containers"][0]
-        gpus = self._allocate_gpus(
-            node, key, int(scheduling.parse_quantity(_requests(container).get(GPU, "0")))
-        )
+        gpus = self._allocate_gpus(node, key, gpu_request(container))
         mig_view = mig_manager.container_view(self, node, key, container, self._active)
         if mig_view is not None:
             gpus = []  # MIG devices, not whole GPUs
@@ -1149,30 +1113,22 @@ class SimKubeCluster:
         ctx = ContainerContext(
             node=node,
             gpu_indices=tuple(visible),
-            env={e["name"]: str(e.get("value", "")) for e in container.get("env", []) if "name" in e},
+            env=container_env(container),
             salt=pod["metadata"]["uid"],
             peers=self._peers(pod),
-            shm_bytes=_shm_bytes(pod, container),
+            shm_bytes=shm_bytes(pod, container),
             driver_version=self.node_driver(node),
             mig=mig_view,
             started_at=now,
         )
-        # A JSON null in a string list decodes to "" on a real server.
+        image = str(container.get("image", ""))
         command = ["" if a is None else str(a) for a in container.get("command") or []]
         args = ["" if a is None else str(a) for a in container.get("args") or []]
-        image = str(container.get("image", ""))
         mig_manager.container_started(self, key, command, args)
         if processes.runs_as_process(image):
             self.runs[key] = self._start_process(key, pod, container, command, args, node, gpus, now)
         else:
-            try:
-                result: ContainerResult = run_container(image, command, args, ctx, self.spec)
-            except Exception as exc:  # a simulator bug fails this container, not the kubelet of every pod
-                message = f"fleetval-sim: the simulated runtime failed: {type(exc).__name__}: {exc}"
-                result = ContainerResult(message + "\n", 128, 0.0)
-            # A process that never exits by itself (`sleep infinity`, a server) runs until deleted.
-            took = result.duration_s * self.time_scale if math.isfinite(result.duration_s) else math.inf
-            self.runs[key] = Run(node, gpus, now, now + took, result.output, result.exit_code)
+            self.runs[key] = simulated_run(self.spec, container, ctx, gpus, now, self.time_scale)
         for c in pod["spec"]["containers"]:
             self._event(
                 pod,
@@ -1187,18 +1143,7 @@ class SimKubeCluster:
                 pod, "Normal", "Created", f"Created container: {c['name']}", "kubelet", now, c["name"]
             )
             self._event(pod, "Normal", "Started", f"Started container {c['name']}", "kubelet", now, c["name"])
-        started = now_rfc3339(now)
-        status = pod["status"]
-        status["phase"] = "Running"
-        status["podIP"] = status["hostIP"] if pod["spec"].get("hostNetwork") else _pod_ip(self.spec.seed, key)
-        status["containerStatuses"] = [
-            _container_status(c, {"running": {"startedAt": started}}, ready=True)
-            for c in pod["spec"]["containers"]
-        ]
-        status["conditions"] = [c for c in status["conditions"] if c["type"] == "PodScheduled"] + [
-            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": started}
-            for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
-        ]
+        mark_running(pod, now, pod_ip(self.spec.seed, key))
         self.runs[key].started = now
         self._put(by_kind("Pod"), pod)
         self._progress(key, pod, now)
@@ -1321,13 +1266,7 @@ class SimKubeCluster:
         restart = pod["spec"].get("restartPolicy", "Always")
         if restart == "Always" or (restart == "OnFailure" and run.exit_code != 0):
             return  # a long-running container: it keeps running until the pod is deleted
-        self._terminate(
-            key,
-            pod,
-            run.ends,
-            exit_code=run.exit_code,
-            reason="Completed" if run.exit_code == 0 else ("StartError" if run.exit_code == 128 else "Error"),
-        )
+        self._terminate(key, pod, run.ends, exit_code=run.exit_code, reason=end_reason(run.exit_code))
 
     def _terminate(
         self,
@@ -1340,34 +1279,15 @@ class SimKubeCluster:
         pod_reason: str = "",
         pod_message: str = "",
     ) -> None:
-        run = self.runs[key]
-        run.ends = min(run.ends, at)
-        status = pod["status"]
-        status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
-        if pod_reason:
-            status["reason"] = pod_reason
-            status["message"] = pod_message
-        finished = now_rfc3339(at)
-        terminated: dict[str, Any] = {
-            "exitCode": exit_code,
-            "reason": reason,
-            "startedAt": now_rfc3339(run.started),
-            "finishedAt": finished,
-            "containerID": f"containerd://{hashlib.sha256(pod['metadata']['uid'].encode()).hexdigest()}",
-        }
-        if exit_code != 0 and any(
-            c.get("terminationMessagePolicy") == "FallbackToLogsOnError" for c in pod["spec"]["containers"]
-        ):
-            terminated["message"] = "\n".join(run.output.splitlines()[-80:])[-4096:]
-        status["containerStatuses"] = [
-            _container_status(c, {"terminated": terminated}) for c in pod["spec"]["containers"]
-        ]
-        status["conditions"] = [
-            {**c, "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished}
-            if c["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers")
-            else c
-            for c in status.get("conditions", [])
-        ]
+        mark_terminated(
+            pod,
+            self.runs[key],
+            at,
+            exit_code=exit_code,
+            reason=reason,
+            pod_reason=pod_reason,
+            pod_message=pod_message,
+        )
         self._active.discard(key)
         self._put(by_kind("Pod"), pod)
 
@@ -1552,11 +1472,6 @@ def _resource_of(key: str) -> Resource:
     return next(r for r in all_resources() if r.key == key)
 
 
-def _requests(container: dict[str, Any]) -> dict[str, Any]:
-    resources = container.get("resources") or {}
-    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-
-
 def _bind_claim(claim: dict[str, Any]) -> None:
     """A claim is bound at once to a volume of the size it asks (a provisioner with Immediate
     binding); the volume is a directory the really-running containers share."""
@@ -1583,36 +1498,3 @@ def _qos_class(spec: dict[str, Any]) -> str:
 
     guaranteed = all(pinned(r, name) for r in resources for name in ("cpu", "memory"))
     return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _shm_bytes(pod: dict[str, Any], container: dict[str, Any]) -> int | None:
-    """/dev/shm size: a memory-backed emptyDir mounted there, else the runtime's 64 MiB default."""
-    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or [] if "name" in v}
-    for mount in container.get("volumeMounts") or []:
-        if mount.get("mountPath") == "/dev/shm":
-            empty_dir = (volumes.get(mount.get("name", "")) or {}).get("emptyDir")
-            if empty_dir is not None and empty_dir.get("medium") == "Memory":
-                limit = empty_dir.get("sizeLimit")
-                return int(scheduling.parse_quantity(limit)) if limit else 1 << 40
-    return None
-
-
-def _container_status(
-    container: dict[str, Any], state: dict[str, Any], *, ready: bool = False
-) -> dict[str, Any]:
-    image = str(container.get("image", ""))
-    return {
-        "name": container["name"],
-        "image": image,
-        "imageID": f"{image.split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
-        "ready": ready,
-        "started": "running" in state,
-        "restartCount": 0,
-        "state": state,
-        "lastState": {},
-    }
-
-
-def _pod_ip(seed: int, key: Key) -> str:
-    digest = hashlib.sha256(f"{seed}/{key}".encode()).digest()
-    return f"10.244.{digest[0]}.{digest[1] % 254 + 1}"

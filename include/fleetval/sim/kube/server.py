@@ -30,8 +30,9 @@ from typing import Any, Final, NamedTuple
 import yaml
 
 from fleetval.k8s.validation import KUBERNETES_VERSION, ApiError, invalid_error, not_supported, status_body
-from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster, nano_rfc3339
+from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster
 from fleetval.sim.kube.resources import Resource, all_resources, find
+from fleetval.sim.kubelet.runtime import log_text
 
 TICK_S: Final = 0.05
 
@@ -345,9 +346,7 @@ class _Handler(BaseHTTPRequestHandler):
         sent = len(lines)
 
         def emit(batch: list[tuple[float, str]]) -> None:
-            self._chunk(
-                "".join(f"{nano_rfc3339(t) + ' ' if stamps else ''}{line}\n" for t, line in batch).encode()
-            )
+            self._chunk(log_text(batch, timestamps=stamps).encode())
 
         emit(lines)
         while follow and not ended:
