@@ -207,7 +207,7 @@ def real_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPat
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
-    from tests.realkube import RealKube, binaries_or_fail, leftover_processes
+    from tests.realkube import RealKube, binaries_or_fail, kubelet_complaints, leftover_processes
 
     binaries_or_fail()
     engine = make_engine(pg_url)
@@ -234,3 +234,4 @@ def real_kube(pg_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPat
     engine.dispose()
     for state_dir in started:
         assert leftover_processes(state_dir) == []
+        assert kubelet_complaints(state_dir) == []

@@ -56,6 +56,14 @@ def binaries_or_fail() -> None:
         pytest.fail(str(exc))
 
 
+def kubelet_complaints(state_dir: pathlib.Path) -> list[str]:
+    """What the virtual kubelet reported going wrong (a refused lease renewal, a status write the
+    API server rejected): nothing, on a healthy run."""
+    log = state_dir / "logs" / "virtual-kubelet.log"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    return [line for line in lines if line.startswith("virtual-kubelet: ")]
+
+
 def leftover_processes(state_dir: pathlib.Path) -> list[str]:
     """Processes of that cluster still running (none after `cluster down`)."""
     left = []

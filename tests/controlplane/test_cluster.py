@@ -104,6 +104,16 @@ def test_nodes_pods_logs_and_rbac(real_kube: Any) -> None:
         runner.list_namespaced_secret("kube-system")
     assert refused.value.status == 403
 
+    # The nodes' leases are renewed (the node lifecycle controller marks a node NotReady 40 s
+    # after its last renewal).
+    leases = client.CoordinationV1Api(kube.api_client())
+    first = leases.read_namespaced_lease("r01-n01", "kube-node-lease").spec.renew_time
+    _wait(
+        lambda: leases.read_namespaced_lease("r01-n01", "kube-node-lease").spec.renew_time > first,
+        timeout=15,
+        what="lease renewed",
+    )
+
 
 def test_deletion_waits_for_the_grace_period(real_kube: Any) -> None:
     """A PID 1 without a SIGTERM handler (busybox sleep) is killed when its grace period ends;

@@ -1,6 +1,8 @@
 """End to end, on the one real path: `weekly_health_sweep` on a running Airflow 3 (LocalExecutor),
 its waves as runs of `weekly_health_sweep_wave` with one KubernetesPodOperator task per node, the
-pods run by the simulated cluster (`fleetval sim serve`), verdicts in the real PostgreSQL.
+pods run by the simulated cluster (`fleetval sim serve`) and by the real control plane (`fleetval
+cluster up`: the real scheduler, RBAC and kubelet log proxy; the GPU nodes' virtual kubelet runs
+the same image catalog), verdicts in the real PostgreSQL.
 
 Every injected DCGM fault is caught by the right criterion on the right node and GPU; healthy
 nodes pass; a busy node and a node whose GPU the device plugin withdrew are not swept, and say
@@ -16,6 +18,7 @@ import pytest
 from fleetval.fleet.gpus import gpu_uuid
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.store.models import NodeEvent, Probe, VerdictRow
+from tests.e2e.conftest import BACKENDS
 from tests.paths import DEMO_FLEET
 
 DCGM_FAULTS = {
@@ -28,8 +31,9 @@ SEED = load_fleet_spec(DEMO_FLEET.read_text()).seed
 NOT_SWEPT = {"r01-n01", "r02-n08"}  # busy; Xid 79 withdrew a GPU
 
 
-def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any) -> None:
-    env = e2e(DEMO_FLEET)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any, backend: str) -> None:
+    env = e2e(DEMO_FLEET, backend=backend)
     kube, airflow = env.kube, env.airflow
     kube.run_workload("r01-n01", 2)
     conf = {

@@ -76,15 +76,16 @@ STATUS_HEARTBEAT_S: Final = 60.0
 KILLED_EXIT: Final = 137  # 128 + SIGKILL
 ENDED_LOGS_KEPT: Final = 512
 STRATEGIC: Final = "application/strategic-merge-patch+json"
+MERGE: Final = "application/merge-patch+json"
 AGENT: Final = "fleetval-virtual-kubelet"
 
 
-def _timestamp(text: Any) -> float | None:
-    """An API timestamp as the client left it (RFC 3339 `Z`, or an ISO `+00:00` after serialising)."""
-    try:
-        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def _first_line(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        with contextlib.suppress(ValueError, TypeError):
+            return f"{getattr(exc, 'status', '')} {json.loads(body).get('message', '')}"
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _micro_time(t: float) -> str:
@@ -103,6 +104,7 @@ class PodState:
     run: Run | None = None
     reported: str = ""  # the phase last written to the API server
     sigterm_sent: bool = False
+    kill_at: float | None = None  # when the grace period of a deletion ends (from when this kubelet saw it)
     gone: bool = False  # deleted from the API server
     containers: list[str] = field(default_factory=list)
 
@@ -177,22 +179,20 @@ class VirtualKubelet:
         if not force and now - self._last_lease < LEASE_RENEW_S:
             return
         self._last_lease = now
+        renew = {"spec": {"holderIdentity": None, "renewTime": _micro_time(now)}}
         for name in self.nodes:
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease"},
-                "spec": {
-                    "holderIdentity": name,
-                    "leaseDurationSeconds": LEASE_DURATION_S,
-                    "renewTime": _micro_time(now),
-                },
-            }
+            renew["spec"]["holderIdentity"] = name
             try:
-                self.leases.replace_namespaced_lease(name, "kube-node-lease", body)
+                self.leases.patch_namespaced_lease(name, "kube-node-lease", renew, _content_type=MERGE)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": "kube-node-lease"},
+                    "spec": {**renew["spec"], "leaseDurationSeconds": LEASE_DURATION_S},
+                }
                 self.leases.create_namespaced_lease("kube-node-lease", body)
 
     def _heartbeat(self) -> None:
@@ -202,24 +202,18 @@ class VirtualKubelet:
         self._last_status = now
         stamp = rfc3339(now)
         for name in self.nodes:
-            node = self.core.read_node_status(name)
-            conditions = [
-                {
-                    "type": c.type,
-                    "status": c.status,
-                    "reason": c.reason,
-                    "message": c.message,
-                    "lastHeartbeatTime": stamp,
-                    "lastTransitionTime": rfc3339(c.last_transition_time.timestamp())
-                    if c.last_transition_time and c.status == ("True" if c.type == "Ready" else "False")
-                    else stamp,
-                }
-                for c in node.status.conditions or []
-            ]
-            ready = next((c for c in conditions if c["type"] == "Ready"), None)
-            if ready is not None and ready["status"] != "True":
-                ready.update(status="True", reason="KubeletReady", message="kubelet is posting ready status")
-            self.core.patch_node_status(name, {"status": {"conditions": conditions}})
+            node = self.api.sanitize_for_serialization(self.core.read_node(name))
+            conditions = (node.get("status") or {}).get("conditions") or []
+            for condition in conditions:
+                condition["lastHeartbeatTime"] = stamp
+                if condition["type"] == "Ready" and condition["status"] != "True":
+                    condition.update(
+                        status="True",
+                        reason="KubeletReady",
+                        message="kubelet is posting ready status",
+                        lastTransitionTime=stamp,
+                    )
+            self.core.patch_node_status(name, {"status": {"conditions": conditions}}, _content_type=STRATEGIC)
 
     # --- the pod watch ------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -300,15 +294,15 @@ class VirtualKubelet:
         while not self._stop.is_set():
             self._wake.wait(TICK_S)
             self._wake.clear()
-            try:
-                self._renew_leases()
-                self._heartbeat()
-                self.sync()
-            except (ApiException, HTTPError, OSError) as exc:
-                self._note(f"sync: {type(exc).__name__}: {exc}")
-                self._stop.wait(0.5)
-            except Exception:  # a simulator bug: report it, keep the nodes alive
-                self._note(traceback.format_exc())
+            # Each duty on its own: a failing heartbeat must not stop the pods, nor the reverse.
+            for duty in (self._renew_leases, self._heartbeat, self.sync):
+                try:
+                    duty()
+                except (ApiException, HTTPError, OSError) as exc:
+                    self._note(f"{duty.__name__}: {type(exc).__name__}: {_first_line(exc)}")
+                    self._stop.wait(0.2)
+                except Exception:  # a simulator bug: report it, keep the nodes alive
+                    self._note(traceback.format_exc())
 
     def stop(self) -> None:
         self._stop.set()
@@ -467,7 +461,10 @@ class VirtualKubelet:
         if run is not None and state.reported not in TERMINAL:
             if run.live is not None:
                 self._pump(run, now)
-            deadline = _timestamp(pod["metadata"]["deletionTimestamp"]) or now
+            if state.kill_at is None:  # a kubelet counts the grace period from when it acts on it
+                grace = pod["metadata"].get("deletionGracePeriodSeconds")
+                state.kill_at = now + float(grace if grace is not None else 30)
+            deadline = state.kill_at
             if now < run.ends and now < deadline:
                 if run.live is not None and not state.sigterm_sent:
                     run.live.send(signal.SIGTERM)
