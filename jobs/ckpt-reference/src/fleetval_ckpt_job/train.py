@@ -216,14 +216,16 @@ class Trainer:
         return parts
 
     def restore(self, directory: Path) -> None:
-        def loaded(name: str) -> Any:
-            return torch.load(directory / name, map_location=self.device, weights_only=True)
+        def loaded(name: str, device: torch.device) -> Any:
+            return torch.load(directory / name, map_location=device, weights_only=True)
 
-        self.model.load_state_dict(loaded("model.pt"))
+        self.model.load_state_dict(loaded("model.pt", self.device))
         if (directory / "optimizer.pt").exists():
-            self.optimizer.load_state_dict(loaded("optimizer.pt"))
-        self.scheduler.load_state_dict(loaded("lr_scheduler.pt"))
-        rng = loaded("rng.pt")
+            self.optimizer.load_state_dict(loaded("optimizer.pt", self.device))
+        self.scheduler.load_state_dict(loaded("lr_scheduler.pt", self.device))
+        # RNG states stay on the CPU whatever the job's device: torch.set_rng_state and
+        # torch.cuda.set_rng_state take only a CPU ByteTensor (a CUDA one is a TypeError).
+        rng = loaded("rng.pt", torch.device("cpu"))
         torch.set_rng_state(rng["cpu"])
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
