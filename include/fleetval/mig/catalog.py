@@ -32,8 +32,12 @@ The catalog is data (`profiles.csv` next to this module; every row names its sou
 - **A30-24GB**: the complete `-lgip`/`-lgipp` of fixture
   `nvidia-smi-mig-lgip-lgipp-lgi-a30-all-allocated-free0-summer-lo-readme.txt` (4 memory slots, 4
   compute slices), plus NVIDIA's 2g.12gb+me (R525 and later; no ID at hand).
+- **H200-141GB** (H200 SXM, H200 NVL): the complete `-lgip`/`-lgipp` recorded on an H200 SXM with driver
+  580.159.04 (fixtures `nvidia-smi-mig-lgip-h200-580.159.04.txt`, `nvidia-smi-mig-lgipp-h200-580.159.04.txt`),
+  agreeing with the GPU Operator's default config and mig-parted's table; product `NVIDIA-H200`, GFD's label
+  for the NVML name `NVIDIA H200` that GPU's `nvidia-smi -L` prints.
 - **H100-96GB** (GH200 96GB, H100 96GB; the GPU Operator ships these layouts for PG506 and H20 too),
-  **H200-141GB** (H200 SXM, H200 NVL), **GH200-144GB**, **B200-180GB**, **GB200-186GB**: names and max
+  **GH200-144GB**, **B200-180GB**, **GB200-186GB**: names and max
   instances from the GPU Operator's default mig-parted config (its `all-<profile>` configs fill a GPU
   with the maximum) and mig-parted's profile table (fixture
   `mig-parted-builder-test-gpu-profiles-bd7160f4-excerpt.go.txt`, from NVIDIA's supported-profiles
@@ -98,7 +102,10 @@ _DEVICE_ID: Final = re.compile(r"^0x[0-9A-F]{4}10DE$")
 # 1g.10gb, 1g.10gb+me, 1g.24gb+me.all, 1g.24gb-me: the leading number is the compute slices.
 _PROFILE_NAME: Final = re.compile(r"^(\d+)g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)?$")
 # GFD's per-profile product label (`NVIDIA-H100-80GB-HBM3-MIG-1g.10gb`) names the parent GPU first.
-_MIG_PRODUCT_SUFFIX: Final = re.compile(r"-MIG-\d+g\.\d+gb\S*$")
+# GFD's `nvidia.com/gpu.product` (NVIDIA/gpu-feature-discovery, mig-strategy.go): the NVML device name with
+# every space replaced by `-`; under the single MIG strategy `<product>-MIG-<profile>` (or `-MIG-INVALID` when
+# the node's MIG devices do not fit that strategy); time-slicing renames it `<product>-SHARED`.
+_MIG_PRODUCT_SUFFIX: Final = re.compile(r"-MIG-(\d+g\.\d+gb\S*|INVALID)$")
 
 
 class MigError(FleetvalError):
@@ -313,8 +320,9 @@ def gpus_for_device(device_id: str) -> list[GpuMig]:
 
 def gpu_for(product_or_name: str) -> GpuMig:
     """The GPU for a canonical name (`H100-80GB`), a GFD `nvidia.com/gpu.product` value (including
-    the time-sliced `-SHARED` and per-MIG-profile `-MIG-1g.10gb` forms GFD writes) or a PCI device
-    id (`0x233010DE`, when only one catalogued GPU has it)."""
+    the time-sliced `-SHARED`, per-MIG-profile `-MIG-1g.10gb` and `-MIG-INVALID` forms GFD writes),
+    the NVML name it is made from (`NVIDIA H200`: GFD turns its spaces into `-`) or a PCI device id
+    (`0x233010DE`, when only one catalogued GPU has it)."""
     gpus = _catalog()
     text = product_or_name.strip()
     if _DEVICE_ID.match(text.upper().replace("0X", "0x", 1)):
@@ -326,7 +334,7 @@ def gpu_for(product_or_name: str) -> GpuMig:
                 f"device {text} is {' or '.join(g.name for g in found)}: its drivers name its profiles"
                 " differently; give the GPU's name"
             )
-    label = _MIG_PRODUCT_SUFFIX.sub("", text.removesuffix("-SHARED")).casefold()
+    label = _MIG_PRODUCT_SUFFIX.sub("", "-".join(text.split()).removesuffix("-SHARED")).casefold()
     for gpu in gpus.values():
         if text.casefold() == gpu.name.casefold() or label in {p.casefold() for p in gpu.products}:
             return gpu

@@ -33,6 +33,9 @@ H100_NVL_AZURE = "nvidia-smi-mig-lgip-lgipp-smi-h100-nvl-560-azure-alizeechen11-
 B200_LGIP = "nvidia-smi-mig-lgip-b200-partial-mig-parted-pr187.txt"
 GB200_LGIP = "nvidia-smi-mig-lgip-gb200-partial-gpu-operator-pr1303.txt"
 RTX_LGIP = "nvidia-smi-mig-lgip-rtx-pro-6000-blackwell-gfx-me-all-partial-cubecos-issue312.txt"
+H200_LGIP = "nvidia-smi-mig-lgip-h200-580.159.04.txt"  # recorded on an H200 SXM, driver 580.159.04
+H200_LGIPP = "nvidia-smi-mig-lgipp-h200-580.159.04.txt"
+H200_L = "nvidia-smi-L-h200-580.159.04.txt"
 H100_CGI = "nvidia-smi-mig-cgi-lgi-L-h100-pcie-3g40gb-3x1g10gb-scaleway-docs.txt"
 DOCS = "mig-supported-profiles-h100-a100-nvidia-docs-excerpt.md"
 CONFIGMAP = "gpu-operator-default-mig-parted-config-configmap.yaml"
@@ -124,6 +127,7 @@ LATER_THAN_OUTPUT = {"A30-24GB": {"2g.12gb+me"}}
         (B200_LGIP, "B200-180GB", False),
         (GB200_LGIP, "GB200-189GB", False),
         (RTX_LGIP, "RTX-PRO-6000", False),
+        (H200_LGIP, "H200-141GB", True),
     ],
 )
 def test_every_lgip_row_is_in_the_catalog(fixture: str, gpu_name: str, complete: bool) -> None:
@@ -144,7 +148,13 @@ def test_every_lgip_row_is_in_the_catalog(fixture: str, gpu_name: str, complete:
 
 
 @pytest.mark.parametrize(
-    ("fixture", "gpu_name"), [(H100_LGIP, "H100-80GB"), (A30_LGIP, "A30-24GB"), (H100_NVL_AZURE, "H100-94GB")]
+    ("fixture", "gpu_name"),
+    [
+        (H100_LGIP, "H100-80GB"),
+        (A30_LGIP, "A30-24GB"),
+        (H100_NVL_AZURE, "H100-94GB"),
+        (H200_LGIPP, "H200-141GB"),
+    ],
 )
 def test_lgipp_placements_equal_the_catalog(fixture: str, gpu_name: str) -> None:
     printed = lgipp(read(fixture))
@@ -510,6 +520,10 @@ def test_a_string_is_not_a_layout() -> None:
         ("A100-80GB", "A100-80GB"),
         ("A30-24GB", "A30-24GB"),
         ("H100-94GB", "H100-94GB"),
+        ("NVIDIA-H200", "H200-141GB"),  # the H200's label: its NVML name "NVIDIA H200", spaces to dashes
+        ("NVIDIA H200", "H200-141GB"),  # the NVML name itself (nvidia-smi -L)
+        ("NVIDIA-H200-MIG-3g.71gb", "H200-141GB"),  # single strategy: GFD appends the profile
+        ("NVIDIA-H200-MIG-INVALID", "H200-141GB"),  # single strategy, MIG devices that do not fit it
     ],
 )
 def test_gpu_for_names_and_gfd_products(label: str, gpu_name: str) -> None:

@@ -55,7 +55,7 @@ PCI_NAMES = {
     "RTX-PRO-6000": {"GB202GL [RTX PRO 6000 Blackwell Server Edition]"},
 }
 # GPUs whose placements come from a real -lgipp (the others take those of a GPU of the same geometry).
-WITH_LGIPP = {"H100-80GB", "H100-94GB", "A30-24GB", "A100-40GB", "A100-80GB"}
+WITH_LGIPP = {"H100-80GB", "H100-94GB", "A30-24GB", "A100-40GB", "A100-80GB", "H200-141GB"}
 
 
 def read(name: str) -> str:

@@ -45,6 +45,32 @@ def test_parse_catalog_and_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and out is None and err.startswith("error: ") and err.count("\n") == 1
 
 
+def test_an_h200_by_its_gfd_label_on_its_recorded_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """The MIG checks of an H200 node (GFD's `nvidia.com/gpu.product=NVIDIA-H200`), on the profile
+    tables recorded on a real H200 (driver 580.159.04)."""
+    code, out, _ = run(capsys, "parse", "mig", str(MIG / "nvidia-smi-mig-lgip-h200-580.159.04.txt"))
+    assert code == 0
+    assert [(p["name"], p["profile_id"], p["instances_total"], p["memory_gib"]) for p in out["lgip"]] == [
+        ("1g.18gb", 19, 7, 16.0),
+        ("1g.18gb+me", 20, 1, 16.0),
+        ("1g.35gb", 15, 4, 32.5),
+        ("2g.35gb", 14, 3, 32.5),
+        ("3g.71gb", 9, 2, 69.75),
+        ("4g.71gb", 5, 1, 69.75),
+        ("7g.141gb", 0, 1, 140.0),
+    ]
+    code, out, _ = run(capsys, "parse", "mig", str(MIG / "nvidia-smi-mig-lgipp-h200-580.159.04.txt"))
+    assert code == 0 and {p["profile_id"]: p["starts"] for p in out["lgipp"]}[9] == [0, 4]
+    code, out, _ = run(capsys, "parse", "mig", str(MIG / "nvidia-smi-L-h200-580.159.04.txt"))
+    assert code == 0 and out["devices"][0]["name"] == "NVIDIA H200"
+    code, out, _ = run(capsys, "mig", "check", "--gpu", "NVIDIA-H200", "3g.71gb", "3g.71gb")
+    assert code == 0 and out["gpu"] == "H200-141GB" and out["allowed"] is True
+    code, out, _ = run(capsys, "mig", "check", "--gpu", "NVIDIA-H200", *["1g.18gb"] * 8)
+    assert code == 0 and out["allowed"] is False and any("at most 7" in r for r in out["reasons"])
+    code, out, _ = run(capsys, "mig", "check", "--gpu", "NVIDIA-H200-MIG-1g.18gb", *["1g.18gb"] * 7)
+    assert code == 0 and out["allowed"] is True
+
+
 def test_parse_mig_refuses_what_is_not_mig_output(
     capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
