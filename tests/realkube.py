@@ -26,6 +26,7 @@ class RealKube(KubeUnderTest):
     kubeconfig: pathlib.Path  # the runner's
     db_url: str
     state_dir: pathlib.Path = field(default_factory=pathlib.Path)
+    outage: bool = False  # a component was killed: the kubelet's complaints meanwhile are expected
     backend = "controlplane"
 
     @property
@@ -42,7 +43,13 @@ class RealKube(KubeUnderTest):
 
     def kill(self, component: str) -> None:
         """Kill a component outright (SIGKILL), as a crash would."""
+        self.outage = True
         os.killpg(self.pid(component), signal.SIGKILL)
+
+    def restart(self, component: str) -> None:
+        from fleetval.sim.controlplane.launcher import ControlPlane
+
+        ControlPlane.attach(self.state_dir).restart(component)
 
 
 def binaries_or_fail() -> None:

@@ -57,7 +57,7 @@ def upgrade(kube: SimKube, driver: str) -> None:
     )
 
 
-async def until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+async def until(check: Callable[[], bool], timeout: float = 60.0) -> None:  # generous: a loaded CI machine
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not check():

@@ -1,5 +1,6 @@
-"""End to end, on the one real path: `xid_remediation` on a running Airflow 3, the simulated demo
-cluster behind `kubernetes_default`, verdicts in the real PostgreSQL.
+"""End to end, on the one real path: `xid_remediation` on a running Airflow 3, the demo fleet behind
+`kubernetes_default` on both backends (the simulated cluster, and the real control plane with the
+fleet's nodes joined by the virtual kubelet), verdicts in the real PostgreSQL.
 
 Xid 79 on a GPU the device plugin withdrew → cordon → quarantined on that evidence (r3 could
 not reach every GPU); a transient Xid 79 → cordon → an r3 probe pod → passes → back in service;
@@ -15,6 +16,7 @@ import pytest
 
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.xid.simulated_source import inject, inject_spec_faults
+from tests.e2e.conftest import BACKENDS
 from tests.paths import DEMO_FLEET
 
 PARAMS = {"max_fleet_fraction": 0.25, "max_rack_fraction": 0.5, "breaker_window_s": 300}
@@ -26,8 +28,9 @@ def _run(airflow: Any, conf: dict[str, Any]) -> tuple[str, str]:
     return str(airflow.wait_run("xid_remediation", run_id)), str(run_id)
 
 
-def test_xid_remediation_flow(e2e: Any) -> None:
-    env = e2e(DEMO_FLEET)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_xid_remediation_flow(e2e: Any, backend: str) -> None:
+    env = e2e(DEMO_FLEET, backend=backend)
     kube, airflow = env.kube, env.airflow
     store = kube.store
     now = dt.datetime.now(dt.UTC)

@@ -34,6 +34,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restart(args: argparse.Namespace) -> int:
+    from fleetval.sim.controlplane.launcher import ControlPlane
+
+    ControlPlane.attach(Path(args.state_dir)).restart(args.component)
+    print(json.dumps({"restarted": args.component}))
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -57,6 +65,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         versions = info.get("versions") or {}
         header = (
+            "# Kueue scenarios: the simulator and real Kueue, expectation by expectation\n\n"
+            "Written by `fleetval cluster compare --state-dir DIR --markdown FILE` on a cluster `fleetval "
+            "cluster up` started; what the failures mean: "
+            "[controlplane.md](controlplane.md#kueue-scenarios-on-real-kueue).\n\n"
             f"Fleet `{spec.name}`; real: Kubernetes {versions.get('kubernetes', '?')}, "
             f"Kueue {versions.get('kueue', '?')}; simulator: fleetval's Kueue model.\n"
         )
@@ -113,6 +125,22 @@ def add_parser(sub: Any, *, time_scale: Any, text: Any) -> None:
     p_down = cluster_sub.add_parser("down", help="stop everything `cluster up` started in that state dir")
     p_down.add_argument("--state-dir", required=True, type=text(4096))
     p_down.set_defaults(func=cmd_down)
+    p_restart = cluster_sub.add_parser(
+        "restart", help="start a component that stopped again, as `up` started it"
+    )
+    p_restart.add_argument("--state-dir", required=True, type=text(4096))
+    p_restart.add_argument(
+        "component",
+        choices=[
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kueue",
+            "virtual-kubelet",
+        ],
+    )
+    p_restart.set_defaults(func=cmd_restart)
     p_compare = cluster_sub.add_parser(
         "compare", help="the Kueue scenarios on the simulator and on this cluster's real Kueue, side by side"
     )

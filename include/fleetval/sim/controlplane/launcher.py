@@ -106,6 +106,9 @@ class StateDir:
     def component_kubeconfig(self, name: str) -> Path:
         return self.root / "kubeconfigs" / f"{name}.kubeconfig"
 
+    def command_file(self, name: str) -> Path:
+        return self.pids / f"{name}.command.json"
+
     def log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
 
@@ -180,11 +183,39 @@ def _alive(pid: int) -> bool:
 class ControlPlane:
     """One loopback cluster in `state.root`; `up()` starts it, `down()` stops it."""
 
-    def __init__(self, state_dir: Path, binaries: Binaries | None = None) -> None:
+    def __init__(self, state_dir: Path, binaries: Binaries | None = None, ports: Ports | None = None) -> None:
         self.state = StateDir(state_dir.resolve())
         self._binaries = binaries
-        self.ports = Ports()
+        self.ports = ports or Ports()
         self.server = f"https://{LOOPBACK}:{self.ports.apiserver}"
+
+    @classmethod
+    def attach(cls, state_dir: Path) -> ControlPlane:
+        """The cluster `up` started in `state_dir` (its ports and binaries as it recorded them)."""
+        state = StateDir(state_dir.resolve())
+        if not state.info.is_file():
+            raise ControlPlaneError(f"{state_dir} holds no cluster (`fleetval cluster up` first)")
+        info = json.loads(state.info.read_text())
+        binaries = Binaries(Path(info["bin_dir"]), info.get("versions") or {}) if "bin_dir" in info else None
+        return cls(state.root, binaries, Ports(**info["ports"]))
+
+    def restart(self, name: str) -> None:
+        """Start a component that died (or a test killed) again, and wait until it serves."""
+        restart(self.state.root, name)
+        self._wait_ready(name)
+        if name == "kueue":
+            self._wait_webhooks()
+
+    def _wait_ready(self, name: str) -> None:
+        """Until the component answers its readiness endpoint (those that have one)."""
+        urls = {
+            "etcd": (f"http://{LOOPBACK}:{self.ports.etcd_client}/health", False),
+            "kube-apiserver": (f"{self.server}/readyz", True),
+            "kueue": (f"http://{LOOPBACK}:{self.ports.kueue_health}/readyz", False),
+        }
+        if name in urls:
+            url, tls = urls[name]
+            self._wait_http(url, name, tls=tls)
 
     @property
     def binaries(self) -> Binaries:
@@ -219,17 +250,17 @@ class ControlPlane:
         try:
             self._pki()
             self._start_etcd()
-            self._wait_http(f"http://{LOOPBACK}:{self.ports.etcd_client}/health", "etcd", tls=False)
+            self._wait_ready("etcd")
             timings["etcd"] = time.monotonic() - started
             self._start_apiserver()
-            self._wait_http(f"{self.server}/readyz", "kube-apiserver")
+            self._wait_ready("kube-apiserver")
             timings["kube-apiserver"] = time.monotonic() - started
             for path in crds:
                 self.kubectl_apply(path)
             self._start_controller_manager()
             self._start_scheduler()
             self._apply_kueue(bins, kueue_config or {})
-            self._wait_http(f"http://{LOOPBACK}:{self.ports.kueue_health}/readyz", "kueue", tls=False)
+            self._wait_ready("kueue")
             self._wait_webhooks()
             timings["kueue"] = time.monotonic() - started
             for path in manifests:
@@ -258,6 +289,7 @@ class ControlPlane:
             "state_dir": str(self.state.root),
             "backend": "controlplane",
             "versions": bins.versions,
+            "bin_dir": str(bins.directory),
             "pids": self.state.recorded_pids(),
             "ports": vars(self.ports),
             "started_s": {k: round(v, 2) for k, v in timings.items()},
@@ -326,20 +358,9 @@ class ControlPlane:
 
     # --- processes ----------------------------------------------------------------------------
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-        logfile = self.state.log(name).open("ab")
-        proc = subprocess.Popen(
-            argv,
-            stdout=logfile,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.state.root,
-            env={**os.environ, **(env or {})},
-            # Its own process group: it outlives `cluster up`, and `down` ends it whole.
-            start_new_session=True,
-        )
-        logfile.close()
-        self.state.pid_file(name).write_text(f"{proc.pid}\n")
-        return proc.pid
+        # What started it, so `restart` can start it again the same way (same ports, same state).
+        self.state.command_file(name).write_text(json.dumps({"argv": argv, "env": env or {}}))
+        return launch(self.state, name)
 
     def _start_etcd(self) -> None:
         client, peer = self.ports.etcd_client, self.ports.etcd_peer
@@ -579,6 +600,36 @@ class ControlPlane:
     # --- stop --------------------------------------------------------------------------------
     def down(self) -> list[str]:
         return stop(self.state.root)
+
+
+def launch(state: StateDir, name: str) -> int:
+    """Start a component as its command file says, in a process group of its own (it outlives
+    `cluster up`, and `down` ends it whole), its output appended to its log."""
+    command = json.loads(state.command_file(name).read_text())
+    with state.log(name).open("ab") as logfile:
+        proc = subprocess.Popen(
+            command["argv"],
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=state.root,
+            env={**os.environ, **command["env"]},
+            start_new_session=True,
+        )
+    state.pid_file(name).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def restart(state_dir: Path, name: str) -> int:
+    """Start a component again (after a crash, or a kill by a test) as `up` started it."""
+    state = StateDir(state_dir.resolve())
+    if not state.command_file(name).is_file():
+        known = sorted(p.name.removesuffix(".command.json") for p in state.pids.glob("*.command.json"))
+        raise ControlPlaneError(f"{name}: not a component of the cluster in {state.root} (it has: {known})")
+    pid = state.recorded_pids().get(name)
+    if pid is not None and _alive(pid):
+        raise ControlPlaneError(f"{name} is running (pid {pid})")
+    return launch(state, name)
 
 
 def stop(state_dir: Path, timeout: float = STOP_TIMEOUT_S) -> list[str]:
