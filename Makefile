@@ -15,9 +15,11 @@ $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.tom
 	$(BIN)/pip install -q -U pip uv
 	$(BIN)/uv pip install -q -p $(BIN)/python -r constraints-3.11.txt
 	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e .
-	# The checkpoint drill's reference job (its own package; not in the Airflow image): PyTorch's
-	# CPU build. pip, not uv: pip finds a local wheel where the machine has one. Elsewhere, add
-	# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu to get the CPU build, not CUDA's.
+	# The checkpoint drill's reference job (its own package; not in the Airflow image). PyPI's
+	# Linux torch is the CUDA build: ~4.6 GB installed (torch, nvidia-*, triton), measured at
+	# 1 min 52 s for the whole `make venv` on a 2-core machine from PyPI. Where PyTorch's own index
+	# is reachable, PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu gets the CPU build.
+	# pip, not uv: pip honours PIP_EXTRA_INDEX_URL and finds a local wheel where a machine has one.
 	$(BIN)/pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e jobs/ckpt-reference
 	touch $(STAMP)
@@ -64,8 +66,8 @@ postgres-stop:
 controlplane:
 	scripts/build-controlplane.sh
 
-# CI: everything but the longest Airflow end-to-end flows (marker e2e_long), to stay under 20 min
-# on a 2-core machine (about 12 min there); `make test-all` runs those too (about 30 min).
+# CI: everything but the longest Airflow end-to-end flows (marker e2e_long): about 26 min on a
+# 2-core machine with the control plane cached; `make test-all` runs those too (about 40 min).
 test: $(STAMP) tools lint typecheck postgres controlplane
 	$(BIN)/pytest -q -m "not e2e_long"
 

@@ -14,7 +14,7 @@ from fleetval.kueue.scenario import Step
 from fleetval.kueue.suite import resolve, run_scenario
 from fleetval.records import Result
 from fleetval.sim.controlplane.compare import force_clean
-from tests.controlplane.test_kueue_real import REAL_FAILURES
+from tests.kueue_harness import HARNESS_FAILURES
 from tests.paths import DEMO_FLEET
 
 SCENARIO = "d-sched-01-02-quota"  # submits after its first expectation: the kill shows at once
@@ -43,5 +43,5 @@ def test_a_component_killed_mid_scenario_is_an_error_and_a_rerun_completes(
     rerun = run_scenario(runner, scenario, "rerun")
     assert not rerun.record.harness_error
     assert {(SCENARIO, r.step) for r in rerun.record.results if not r.ok} == {
-        key for key in REAL_FAILURES if key[0] == SCENARIO
+        key for key in HARNESS_FAILURES if key[0] == SCENARIO
     }

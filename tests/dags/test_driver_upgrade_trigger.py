@@ -66,11 +66,29 @@ async def until(check: Callable[[], bool], timeout: float = 60.0) -> None:  # ge
         await asyncio.sleep(0.02)
 
 
+class CountedPolls(DriverUpgradeDoneTrigger):
+    """Counts the polls that completed, so the test waits for one that saw a change rather than
+    for a fixed time (a poll on a loaded machine can outlast any fixed sleep)."""
+
+    polls = 0
+
+    def _pending(self) -> dict[str, str]:
+        pending = super()._pending()
+        self.polls += 1
+        return pending
+
+
+async def polls_after_now(trigger: CountedPolls) -> None:
+    """Until a poll that started after this call has completed (the one in flight may predate it)."""
+    start = trigger.polls
+    await until(lambda: trigger.polls >= start + 2)
+
+
 def test_fires_only_for_nodes_newly_upgrade_done(sim_kube: Any) -> None:
     kube = sim_kube(NETLAB)
     nodes = sorted(n.name for n in kube.cluster.list_nodes())
     mark_swept(kube)  # every node swept on the driver it runs: nothing pending
-    trigger = DriverUpgradeDoneTrigger(poll_interval=0.05)
+    trigger = CountedPolls(poll_interval=0.05)
     events: list[dict[str, Any]] = []
 
     def announced() -> list[str]:
@@ -83,7 +101,7 @@ def test_fires_only_for_nodes_newly_upgrade_done(sim_kube: Any) -> None:
 
         task = asyncio.create_task(consume())
         try:
-            await asyncio.sleep(0.3)
+            await polls_after_now(trigger)
             assert events == []
 
             upgrade(kube, DRIVER)  # one node at a time (maxParallelUpgrades 1): several events
@@ -94,7 +112,7 @@ def test_fires_only_for_nodes_newly_upgrade_done(sim_kube: Any) -> None:
 
             mark_swept(kube)  # the sweep marks what it swept: no repeat
             count = len(events)
-            await asyncio.sleep(0.3)
+            await polls_after_now(trigger)
             assert len(events) == count
 
             # removing the swept label by hand asks for a new sweep of that node

@@ -38,7 +38,9 @@ def test_a_run_judges_the_chosen_scenarios_and_a_dry_run_creates_nothing(
     assert kube.store.verdicts() == []
     assert not kube.core.list_namespace(label_selector="fleetval.io/kueue-scenario").items
 
-    chosen = ["d-sched-03-04-borrow-reclaim", "d-sched-05-preempt-resume"]
+    # Two scenarios the harness runs right on a Kueue that keeps pod groups as Kueue does (the
+    # others fail where tests/kueue_harness.py says, and fail the run's report).
+    chosen = ["d-sched-03-04-borrow-reclaim", "x-03-lending-limit"]
     run = dag.test(run_conf={"scenarios": chosen, "dry_run": False})  # dag.test keeps the last conf
     assert run.state == "success"
     verdicts = {(v["subject"], v["criterion"]): v for v in kube.store.verdicts()}
@@ -46,7 +48,7 @@ def test_a_run_judges_the_chosen_scenarios_and_a_dry_run_creates_nothing(
         ("kueue/d-sched-03-04-borrow-reclaim", "D-SCHED-03"),
         ("kueue/d-sched-03-04-borrow-reclaim", "D-SCHED-04"),
         ("kueue/d-sched-03-04-borrow-reclaim", "D-SCHED-07"),
-        ("kueue/d-sched-05-preempt-resume", "D-SCHED-05"),
+        ("kueue/x-03-lending-limit", "D-SCHED-03"),
     ]
     assert {v["result"] for v in verdicts.values()} == {"pass"}
     assert {v["judged_against"]["kueue_version"] for v in verdicts.values()} == {"v0.19.2"}

@@ -47,7 +47,7 @@ def test_r3_waits_while_the_job_runs_and_creates_no_pod(kube: Any) -> None:
 def test_once_the_node_is_free_r3_runs_and_returns_it_to_service(kube: Any) -> None:
     job = kube.run_workload("r01-n04", 2)
     kube.cluster.cordon("r01-n04")
-    kube.core.delete_namespaced_pod(job, "default")  # the job ended
+    kube.core.delete_namespaced_pod(job, "default", grace_period_seconds=0)  # the job ended
     operator(kube, "r01-n04").execute(r3_context())
     [probe] = kube.store.probes(kube.run)
     assert probe["nodes"] == ["r01-n04"] and probe["spec"]["params"]["level"] == 3

@@ -14,6 +14,9 @@ POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"  # an annotation
 MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
 JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
 ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"  # the pod webhook's scheduling gate
+MANAGED_FINALIZER: Final = "kueue.x-k8s.io/managed"  # the pod webhook's finalizer on every managed pod
+# A pod group whose pods carry "false" is finished when none is active (else it waits for replacements).
+RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"  # an annotation
 
 # Kueue's own objects, in the order a change flows (a LocalQueue needs its ClusterQueue, ...).
 PLURALS: Final = {

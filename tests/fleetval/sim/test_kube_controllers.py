@@ -378,7 +378,7 @@ def test_pod_anti_affinity_keeps_two_pods_off_one_node(sim_kube: Any) -> None:
         "0/16 nodes are available: 1 node(s) didn't match pod anti-affinity rules, "
         "15 node(s) didn't match Pod's node affinity/selector."
     )
-    kube.core.delete_namespaced_pod("first", NS)
+    kube.core.delete_namespaced_pod("first", NS, grace_period_seconds=0)  # its sleep ignores SIGTERM
     placed = eventually(lambda: kube.core.read_namespaced_pod("second", NS).spec.node_name)
     assert placed == "r01-n04"
 

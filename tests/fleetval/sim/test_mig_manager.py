@@ -266,7 +266,7 @@ def test_containers_get_distinct_instances_and_faulty_nodes_leak() -> None:
     held = {k[2]: v for k, v in state_.held.items()}
     assert len(held["a"]) == len(held["b"]) == 1 and held["a"][0].uuid != held["b"][0].uuid
     assert {i.profile for i in held["a"] + held["b"]} == {"1g.10gb"}
-    sim.delete(POD, "default", "a")
+    sim.delete(POD, "default", "a", grace_period=0)
     mig_pod(sim, "c", "r01-n01")
     assert {k[2] for k in state_.held} == {"b", "c"}  # a's device went back to the pool
 

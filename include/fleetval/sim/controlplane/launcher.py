@@ -48,6 +48,7 @@ KUEUE_WEBHOOK_SECRET: Final = "kueue-webhook-server-cert"
 KUBELET_USER: Final = "fleetval:virtual-kubelet"
 STARTUP_TIMEOUT_S: Final = 120.0
 STOP_TIMEOUT_S: Final = 15.0
+DYING_WAIT_S: Final = 10.0  # how long restart lets a killed process finish exiting
 # Kueue's manifests that run it in a cluster; out of cluster it needs none of them (its
 # Deployment stays, scaled to 0, so a client reading Kueue's image tag finds the version).
 _KUEUE_SKIPPED_KINDS: Final = frozenset({"Service", "APIService", "Secret", "ConfigMap"})
@@ -177,7 +178,19 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    # Nor is someone else's: an orphan killed in a container whose init never reaps stays a zombie.
+    return _proc_state(pid) not in {"Z", "X"}
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (None where /proc cannot tell)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses itself.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0] if fields else None
 
 
 class ControlPlane:
@@ -628,7 +641,12 @@ def restart(state_dir: Path, name: str) -> int:
         raise ControlPlaneError(f"{name}: not a component of the cluster in {state.root} (it has: {known})")
     pid = state.recorded_pids().get(name)
     if pid is not None and _alive(pid):
-        raise ControlPlaneError(f"{name} is running (pid {pid})")
+        # A process just killed is still exiting until all its threads have gone.
+        deadline = time.monotonic() + DYING_WAIT_S
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            raise ControlPlaneError(f"{name} is running (pid {pid})")
     return launch(state, name)
 
 

@@ -326,11 +326,25 @@ class SimKubeCluster:
         )
 
     def _require_namespace(self, res: Resource, namespace: str) -> None:
-        if res.namespaced and ("v1/namespaces", "", namespace) not in self.objects:
+        if not res.namespaced:
+            return
+        found = self.objects.get(("v1/namespaces", "", namespace))
+        if found is None:
             raise ApiError(
                 404,
                 status_body(
                     404, "NotFound", f'namespaces "{namespace}" not found', kind="namespaces", name=namespace
+                ),
+            )
+        if found["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                status_body(
+                    403,
+                    "Forbidden",
+                    f'{res.plural} "" is forbidden: unable to create new content in namespace {namespace} '
+                    "because it is being terminated",
+                    kind=res.plural,
                 ),
             )
 
@@ -570,6 +584,12 @@ class SimKubeCluster:
             if res.kind == "Pod" and self._graceful(key, obj, grace_period):
                 self._flush()
                 return copy.deepcopy(self.objects[key])
+            if _finalizers(obj):  # marked, and kept until whoever holds a finalizer lets go
+                self._mark_deleted(res, key, 0)
+                self._flush()
+                return copy.deepcopy(self.objects[key])
+            if res.kind == "Namespace":
+                return self._terminate_namespace(key)
             # batch/v1 Jobs keep the old default of orphaning their pods (jobStrategy).
             policy = propagation or ("Orphan" if res.kind == "Job" else "Background")
             uid = str(obj["metadata"].get("uid") or "")
@@ -600,21 +620,30 @@ class SimKubeCluster:
             return copy.deepcopy(removed)
 
     def _graceful(self, key: Key, pod: dict[str, Any], grace_period: int | None) -> bool:
-        """Start a running process's termination (lock held); False when the pod goes at once."""
+        """Start a running container's termination (lock held); False when the pod goes at once.
+
+        A real process gets SIGTERM, then SIGKILL when the grace period ends; a simulated one is a
+        PID 1 without a SIGTERM handler (busybox `sleep`, a tool exec'd by `sh -c`): it runs on until
+        it ends by itself or the grace period (real seconds, as a kubelet counts it) is over."""
         run = self.runs.get(key)
-        if run is None or run.live is None or pod["status"].get("phase") in TERMINAL:
+        if run is None or pod["status"].get("phase") in TERMINAL or key not in self._active:
             return False
         grace = pod["spec"].get("terminationGracePeriodSeconds", 30) if grace_period is None else grace_period
         now = self.clock()
-        if grace <= 0:
-            run.live.send(signal.SIGKILL)
+        if grace <= 0:  # killed now; the caller deletes (or a finalizer keeps) the pod
             self._terminating.pop(key, None)
+            if run.live is not None:
+                run.live.send(signal.SIGKILL)
+                return False
+            code = run.exit_code if now >= run.ends else 137
+            self._terminate(key, pod, min(now, run.ends), exit_code=code, reason=end_reason(code))
             return False
         deadline = now + float(grace)
         if key in self._terminating:  # a second delete can only shorten the grace period
             self._terminating[key] = min(self._terminating[key], deadline)
             return True
-        run.live.send(signal.SIGTERM)
+        if run.live is not None:
+            run.live.send(signal.SIGTERM)
         self._terminating[key] = deadline
         marked = copy.deepcopy(pod)
         marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
@@ -629,6 +658,66 @@ class SimKubeCluster:
             now,
         )
         return True
+
+    def _mark_deleted(self, res: Resource, key: Key, grace: int) -> None:
+        """Set the deletionTimestamp of an object that stays for now (lock held)."""
+        obj = self.objects[key]
+        if obj["metadata"].get("deletionTimestamp"):
+            return
+        marked = copy.deepcopy(obj)
+        marked["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock() + grace)
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        self._put(res, marked, kind="MODIFIED")
+
+    def _settle(self, res: Resource, key: Key) -> None:
+        """An object marked for deletion goes once no finalizer holds it and, for a pod, once its
+        containers have ended (lock held)."""
+        obj = self.objects.get(key)
+        if obj is None or not obj["metadata"].get("deletionTimestamp") or _finalizers(obj):
+            return
+        if res.kind == "Pod" and key in self._active:
+            return  # the kubelet deletes it when its container has stopped
+        self._remove(res, key)
+        self._collect_garbage()
+
+    def _terminate_namespace(self, key: Key) -> dict[str, Any]:
+        """The namespace controller: the namespace is Terminating, everything in it is deleted as a
+        client's delete would be (grace periods, finalizers), and it goes once it is empty (lock held)."""
+        namespace = key[2]
+        current = self.objects[key]
+        if not current["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock())
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked.setdefault("status", {})["phase"] = "Terminating"
+            self._put(by_kind("Namespace"), marked, kind="MODIFIED")
+        for other in [k for k in self.objects if k[1] == namespace and k[0] != "v1/namespaces"]:
+            if other in self.objects:
+                self.delete_gracefully(_resource_of(other[0]), self.objects[other])
+        gone = copy.deepcopy(self.objects[key])
+        self._settle_namespaces()
+        self._flush()
+        return gone
+
+    def _settle_namespaces(self) -> None:
+        """A Terminating namespace with nothing but events left in it goes, with them (lock held)."""
+        terminating = [
+            k
+            for k in self._by_resource["v1/namespaces"]
+            if self.objects[k]["metadata"].get("deletionTimestamp")
+        ]
+        for key in terminating:
+            inside = [
+                k
+                for r, keys in self._by_resource.items()
+                if r != "v1/namespaces"
+                for k in keys
+                if k[1] == key[2]
+            ]
+            if all(k[0] == "v1/events" for k in inside):
+                for event in inside:
+                    self._remove(_resource_of(event[0]), event)
+                self._remove(by_kind("Namespace"), key)
 
     def _erase(self, res: Resource, key: Key) -> dict[str, Any]:
         """Remove an object now (lock held); a namespace takes its objects along."""
@@ -680,6 +769,7 @@ class SimKubeCluster:
                     str(self.objects[key]["metadata"].get("uid"))
                 ):
                     self._remove(_resource_of(key[0]), key)
+        self._settle_namespaces()
 
     def _update(
         self,
@@ -748,10 +838,11 @@ class SimKubeCluster:
                     },
                 }
             )
-        updated = self._put(res, obj, kind="MODIFIED")
+        updated = copy.deepcopy(self._put(res, obj, kind="MODIFIED"))
+        self._settle(res, key)
         self._reconcile()
         self._flush()
-        return copy.deepcopy(updated)
+        return updated
 
     def _check_pod_update(self, current: dict[str, Any], new: dict[str, Any]) -> None:
         old_spec = {k: v for k, v in current["spec"].items() if k not in POD_MUTABLE_SPEC}
@@ -907,7 +998,24 @@ class SimKubeCluster:
         obj = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
         if obj == current:
             return current
-        return self._put(res, obj, kind="MODIFIED")
+        stored = self._put(res, obj, kind="MODIFIED")
+        self._settle(res, key)
+        return stored
+
+    def delete_gracefully(self, res: Resource, obj: dict[str, Any]) -> None:
+        """Delete an object as a controller's API call does: a running pod gets its grace period,
+        a finalizer keeps the object (where `erase` removes it at once)."""
+        meta = obj["metadata"]
+        key = self._key(res, meta.get("namespace", ""), meta["name"])
+        current = self.objects.get(key)
+        if current is None:
+            return
+        if res.kind == "Pod" and self._graceful(key, current, None):
+            return
+        if _finalizers(current):
+            self._mark_deleted(res, key, 0)
+            return
+        self._erase(res, key)
 
     def erase(self, res: Resource, obj: dict[str, Any]) -> None:
         """Delete an object (and, through garbage collection, what it owns)."""
@@ -1231,9 +1339,17 @@ class SimKubeCluster:
                 self._terminating.pop(key)
                 reason = "Completed" if code == 0 else "Error"
                 self._terminate(key, pod, now, exit_code=code, reason=reason)
-                self._remove(by_kind("Pod"), key)  # the kubelet confirms; the API server deletes
-                self._collect_garbage()
+                self._kubelet_deleted(key)
                 return
+        if run.live is None and key in self._terminating:
+            ends_by_itself = now >= run.ends
+            if ends_by_itself or now >= self._terminating[key]:
+                at = run.ends if ends_by_itself else self._terminating[key]
+                code = run.exit_code if ends_by_itself else 137  # killed: 128 + SIGKILL
+                self._terminating.pop(key)
+                self._terminate(key, pod, min(at, now), exit_code=code, reason=end_reason(code))
+                self._kubelet_deleted(key)
+            return
         # activeDeadlineSeconds counts from the pod's start on its node, in simulated seconds: an
         # unscheduled pod has no start, so its deadline never fires (as on a real cluster).
         deadline = pod["spec"].get("activeDeadlineSeconds")
@@ -1267,6 +1383,16 @@ class SimKubeCluster:
         if restart == "Always" or (restart == "OnFailure" and run.exit_code != 0):
             return  # a long-running container: it keeps running until the pod is deleted
         self._terminate(key, pod, run.ends, exit_code=run.exit_code, reason=end_reason(run.exit_code))
+
+    def _kubelet_deleted(self, key: Key) -> None:
+        """The kubelet's delete with grace period 0 once a deleted pod's container stopped: the
+        pod goes unless a finalizer keeps it (lock held)."""
+        if key in self.objects and _finalizers(self.objects[key]):
+            self._mark_deleted(by_kind("Pod"), key, 0)
+            return
+        if key in self.objects:
+            self._remove(by_kind("Pod"), key)
+            self._collect_garbage()
 
     def _terminate(
         self,
@@ -1352,9 +1478,12 @@ class SimKubeCluster:
         now: float,
         container: str = "",
     ) -> None:
-        self._event_seq += 1
         meta = obj["metadata"]
         ns = meta.get("namespace") or "default"
+        namespace = self.objects.get(("v1/namespaces", "", ns))
+        if namespace is not None and namespace["metadata"].get("deletionTimestamp"):
+            return  # no new content in a namespace being terminated
+        self._event_seq += 1
         stamp = now_rfc3339(now)
         involved: dict[str, Any] = {
             "kind": obj["kind"],
@@ -1458,6 +1587,11 @@ class SimKubeCluster:
                     continue
             for change in batch:
                 yield {"type": change.kind, "object": change.obj}
+
+
+def _finalizers(obj: dict[str, Any]) -> list[str]:
+    """The finalizers that keep an object after its deletion (foreground deletion is the GC's own)."""
+    return [f for f in obj["metadata"].get("finalizers") or [] if f != FOREGROUND_FINALIZER]
 
 
 def _mapping(patch: Any) -> dict[str, Any]:

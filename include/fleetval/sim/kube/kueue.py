@@ -10,10 +10,17 @@ The integrations, as Kueue does them (kubernetes-sigs/kueue `pkg/controller/jobs
   `kueue.x-k8s.io/pod-group-total-count` form one Workload (named after the group), created only
   once the whole group exists and admitted as a gang: every gate is removed together. A single
   pod's Workload is `pod-<pod>-<hash>`. On admission the flavor's nodeLabels are added to the
-  pod's nodeSelector and its tolerations to the pod's. On eviction (preemption, PodsReady timeout)
-  the admitted pods are deleted; replacement pods of a group join the same Workload, gated until
-  it is admitted again. When every pod of a Workload is gone and it is not waiting for
-  replacements, it is deleted; when they all ended, it is Finished.
+  pod's nodeSelector and its tolerations to the pod's. Every managed pod carries the finalizer
+  `kueue.x-k8s.io/managed` (the webhook adds it), so a deleted pod stays, Failed once its grace
+  period is over, until Kueue lets it go (pod_controller.go). A group is Finished when all its pods
+  succeeded, or when none is active and one is annotated `kueue.x-k8s.io/retriable-in-group:
+  "false"`; otherwise a group whose pods all failed (deleted ones too) keeps its Workload admitted,
+  with its quota, and `WaitingForReplacementPods=True`; replacement pods join it and the failed
+  pods they replace are let go. A single pod is Finished when it ends. On eviction (preemption,
+  PodsReady timeout) the admitted pods are deleted with their grace period, and the quota is
+  released only once none of them runs (`set_pods_active`); they stay until replaced. A Workload
+  deleted by someone else (its namespace going) lets its pods go. When every pod of a Workload is
+  gone and it is not waiting for replacements, it is deleted.
 * a batch/v1 Job or an MPIJob labelled with a queue is suspended at creation (the webhook) and
   gets the Workload `job-<name>-<hash>` / `mpijob-<name>-<hash>` (pod sets `main`, or `launcher`
   and `worker`); admission unsuspends it with the flavor's nodeSelector, eviction suspends it,
@@ -30,8 +37,9 @@ are ignored: each pod is admitted alone), `kueue.wrong_reason` (the pending even
 text instead of the condition's message).
 
 Simplified: the model's state lives in memory (a restarted `sim serve` resubmits what it finds);
-pod deletion is immediate (no termination grace period); a Finished plain-pod Workload carries
-the Job's "Reached expected number of succeeded pods" message.
+a Finished plain-pod Workload carries the Job's "Reached expected number of succeeded pods"
+message; Workloads carry no finalizer of their own (real Kueue's keeps a deleted namespace's
+Workloads and pods a while longer).
 
 `bootstrap_objects` is what `fleetval sim serve` creates on a fresh state so the product works
 out of the box: Kueue's Deployment (stored only; its image tag says which Kueue this claims to
@@ -54,12 +62,14 @@ from fleetval.kueue.api import (
     ADMISSION_GATE,
     GROUP,
     JOB_UID_LABEL,
+    MANAGED_FINALIZER,
     MANAGED_LABEL,
     PLURALS,
     POD_GROUP_COUNT,
     POD_GROUP_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
+    RETRIABLE_IN_GROUP,
     VERSION,
 )
 from fleetval.sim.kube.kueue_model import (
@@ -73,6 +83,9 @@ from fleetval.sim.kube.kueue_model import (
 )
 from fleetval.sim.kube.meta import controller_ref, parse_rfc3339
 from fleetval.sim.kube.resources import Resource, by_kind, find
+
+WAITING_FOR_REPLACEMENT: Final = "WaitingForReplacementPods"
+MSG_NEED_REPLACEMENT: Final = "Some Failed pods need replacement"  # pod_controller.go
 
 if TYPE_CHECKING:
     from fleetval.sim.kube.cluster import SimKubeCluster
@@ -173,11 +186,15 @@ def _queued(obj: dict[str, Any]) -> bool:
 
 
 def gate_new_pod(pod: dict[str, Any]) -> None:
-    """The pod webhook: a queued pod no controller owns waits for admission."""
+    """The pod webhook: a queued pod no controller owns waits for admission, and Kueue holds it
+    (its finalizer) until the group is done with it."""
     meta = pod["metadata"]
     if not _queued(pod):
         return
     meta.setdefault("labels", {})[MANAGED_LABEL] = "true"
+    finalizers = meta.setdefault("finalizers", [])
+    if MANAGED_FINALIZER not in finalizers:
+        finalizers.append(MANAGED_FINALIZER)
     gates = pod["spec"].setdefault("schedulingGates", [])
     if not any(g.get("name") == ADMISSION_GATE for g in gates):
         gates.append({"name": ADMISSION_GATE})
@@ -456,15 +473,16 @@ def _feed_progress(cluster: SimKubeCluster, state: SimKueue) -> None:
             continue
         pods = _unit_pods(cluster, unit)
         if unit.kind == "Pod":
+            if cluster.lookup(_resource("workloads"), unit.namespace, unit.workload) is None:
+                _let_go(cluster, pods)  # its Workload was deleted (its namespace is going)
+                _forget(cluster, state, key)
+                continue
             if not pods:
                 evicted = EVICTED in conditions and conditions[EVICTED].true
                 if not evicted:
                     _forget(cluster, state, key)
                 continue
-            phases = [p["status"].get("phase") for p in pods]
-            if all(ph in ("Succeeded", "Failed") for ph in phases):
-                failed = any(ph == "Failed" for ph in phases)
-                model.finish(key, reason="Failed" if failed else "Succeeded")
+            if _pod_group_progress(cluster, state, key, unit, pods):
                 continue
         else:
             owner = _owner(cluster, unit)
@@ -479,6 +497,45 @@ def _feed_progress(cluster: SimKubeCluster, state: SimKueue) -> None:
         wanted = unit.pods
         if model.is_admitted(key) and running and (unit.kind != "Pod" or len(running) >= wanted):
             model.mark_pods_ready(key)
+
+
+def _pod_group_progress(
+    cluster: SimKubeCluster, state: SimKueue, key: str, unit: _Unit, pods: list[dict[str, Any]]
+) -> bool:
+    """A pod group's or single pod's end, by Kueue's pod_controller rules; True when it finished."""
+    model = state.model
+    phases = [p["status"].get("phase") for p in pods]
+    model.set_pods_active(key, "Running" in phases)
+    live = [p for p, ph in zip(pods, phases, strict=True) if ph not in ("Succeeded", "Failed")]
+    failed = [p for p, ph in zip(pods, phases, strict=True) if ph == "Failed"]
+    single = not any(_labels(p).get(POD_GROUP_LABEL) for p in pods)
+    if single or phases.count("Succeeded") >= unit.pods:
+        if live:
+            return False
+        model.finish(key, reason="Failed" if failed else "Succeeded")
+        _let_go(cluster, pods)
+        return True
+    if not live and any(
+        (p["metadata"].get("annotations") or {}).get(RETRIABLE_IN_GROUP) == "false" for p in pods
+    ):
+        model.finish(key, reason="Failed")
+        _let_go(cluster, pods)
+        return True
+    if failed and len(pods) - len(failed) >= unit.pods:
+        _let_go(cluster, failed)  # replaced: the failed pods are not needed any more
+    elif failed and not live and model.is_admitted(key):
+        model.set_job_condition(key, WAITING_FOR_REPLACEMENT, True, "PodsFailed", MSG_NEED_REPLACEMENT)
+    return False
+
+
+def _let_go(cluster: SimKubeCluster, pods: list[dict[str, Any]]) -> None:
+    """Kueue removes its finalizer: a deleted pod then goes."""
+    for pod in pods:
+        finalizers = pod["metadata"].get("finalizers") or []
+        if MANAGED_FINALIZER in finalizers:
+            changed = copy.deepcopy(pod)
+            changed["metadata"]["finalizers"] = [f for f in finalizers if f != MANAGED_FINALIZER]
+            cluster.write(by_kind("Pod"), changed)
 
 
 def _forget(cluster: SimKubeCluster, state: SimKueue, key: str) -> None:
@@ -502,10 +559,11 @@ def _write_back(cluster: SimKubeCluster, state: SimKueue, faults: set[str]) -> N
         admission = model.admission(key)
         conditions = model.conditions(key)
         finished = FINISHED in conditions and conditions[FINISHED].true
-        if model.is_admitted(key) and admission is not None:
-            _admit(cluster, unit, admission)
-        elif not finished and EVICTED in conditions and conditions[EVICTED].true:
+        # An evicted job is stopped at once; its quota goes only once it is no longer active.
+        if not finished and EVICTED in conditions and conditions[EVICTED].true:
             _stop(cluster, unit, conditions[EVICTED].message)
+        elif model.is_admitted(key) and admission is not None:
+            _admit(cluster, unit, admission)
     events = model.events
     for event in events[state.events_seen :]:
         subject = state.units.get(event.object)
@@ -576,7 +634,7 @@ def _stop(cluster: SimKubeCluster, unit: _Unit, why: str) -> None:
         for pod in _unit_pods(cluster, unit):
             gated = any(g.get("name") == ADMISSION_GATE for g in pod["spec"].get("schedulingGates") or [])
             if not gated:
-                cluster.erase(by_kind("Pod"), pod)
+                cluster.delete_gracefully(by_kind("Pod"), pod)  # its grace period; the finalizer keeps it
         return
     owner = _owner(cluster, unit)
     if owner is None or _suspended(owner):

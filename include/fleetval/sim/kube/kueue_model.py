@@ -63,8 +63,9 @@ Simplified or left out:
 5. Time is whole seconds (metav1.Time has 1-second resolution) and a scheduling cycle takes no
    time. The requeue backoff has no jitter. Quota of an evicted workload is released
    `quota_release_delay_s` after eviction (0: a batch/v1 Job, whose terminating pods are not
-   active). Ties that Kueue breaks by random UID are broken by the workload's UID, which is a
-   UUIDv5 of namespace/name unless given, and ties between ClusterQueues by their names.
+   active), and not while the integration says a pod of it still runs (`set_pods_active`). Ties
+   that Kueue breaks by random UID are broken by the workload's UID, which is a UUIDv5 of
+   namespace/name unless given, and ties between ClusterQueues by their names.
 6. Events carry Kueue's reasons and messages, but the QuotaReserved event omits its
    "; Flavors considered: ..." suffix, and a pending workload's Warning event is recorded when its
    QuotaReserved condition changes (Kueue emits one per attempt and the API server aggregates
@@ -1366,6 +1367,7 @@ class _Workload:
     pods_ready: bool = False
     ready_at: int | None = None
     release_at: int | None = None
+    pods_active: bool = False  # the job integration says a pod still runs (a victim in its grace period)
 
     @property
     def key(self) -> str:
@@ -1554,6 +1556,19 @@ class KueueModel:
         if wl.reserving:
             self._broadcast(wl.admission.cluster_queue if wl.admission else None)
         self._mutations += 1
+
+    def set_pods_active(self, key: str, active: bool) -> None:
+        """Whether a pod of the job still runs: an evicted job's quota is released only once none
+        does (reconciler.go: `!job.IsActive()`; a pod group is active while a pod is Running, its
+        deletion grace period included)."""
+        wl = self._workloads[key]
+        if wl.pods_active != active:
+            wl.pods_active = active
+            self._mutations += 1
+
+    def set_job_condition(self, key: str, kind: str, status: bool, reason: str, message: str) -> None:
+        """A condition the job integration owns (a pod group's WaitingForReplacementPods)."""
+        self._set(self._workloads[key], kind, status, reason, message)
 
     def mark_pods_ready(self, key: str) -> None:
         """All pods of the admitted workload are Ready (or succeeded); ignored while not admitted."""
@@ -2060,7 +2075,7 @@ class KueueModel:
                 continue
             if wl.ready_at is not None and wl.ready_at <= self._now and wl.is_true(ADMITTED):
                 wl.pods_ready, wl.ready_at = True, None
-            if wl.release_at is not None and wl.release_at <= self._now:
+            if wl.release_at is not None and wl.release_at <= self._now and not wl.pods_active:
                 self._release(wl)
             if wfpr.enabled and not wl.finished:
                 self._sync_pods_ready(wl)
@@ -2362,7 +2377,8 @@ class KueueModel:
     def _next_deadline(self) -> int | None:
         deadlines = []
         for wl in self._workloads.values():
-            deadlines += [t for t in (wl.ready_at, wl.release_at, wl.requeue_at) if t is not None]
+            release = None if wl.pods_active else wl.release_at  # a pod ending is a change: it wakes us
+            deadlines += [t for t in (wl.ready_at, release, wl.requeue_at) if t is not None]
             timeout = self._pods_ready_deadline(wl)
             if timeout is not None:
                 deadlines.append(timeout[0])
