@@ -38,8 +38,6 @@ def test_a_run_judges_the_chosen_scenarios_and_a_dry_run_creates_nothing(
     assert kube.store.verdicts() == []
     assert not kube.core.list_namespace(label_selector="fleetval.io/kueue-scenario").items
 
-    # Two scenarios the harness runs right on a Kueue that keeps pod groups as Kueue does (the
-    # others fail where tests/kueue_harness.py says, and fail the run's report).
     chosen = ["d-sched-03-04-borrow-reclaim", "x-03-lending-limit"]
     run = dag.test(run_conf={"scenarios": chosen, "dry_run": False})  # dag.test keeps the last conf
     assert run.state == "success"

@@ -146,8 +146,11 @@ class CommandProcess(_Output):
         return _signal_exit(self._popen.poll())
 
     def send(self, signum: int) -> None:
+        """SIGTERM goes to the process, as a runtime sends it to PID 1; SIGKILL ends its whole
+        session, as a container's end kills every process in it."""
         if self._popen.poll() is None:
-            os.kill(self.pid, signum)
+            with contextlib.suppress(ProcessLookupError):
+                (os.killpg if signum == signal.SIGKILL else os.kill)(self.pid, signum)
 
 
 def job_available() -> str | None:

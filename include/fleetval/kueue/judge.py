@@ -29,16 +29,24 @@ class PodView:
     phase: str
     gated: bool
     deleting: bool = False
+    unschedulable: str = ""  # kube-scheduler's PodScheduled=False message, when it could not place it
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodView:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         gates = spec.get("schedulingGates") or spec.get("scheduling_gates") or []
+        scheduled: Mapping[str, Any] = next(
+            (c for c in status.get("conditions") or [] if (c or {}).get("type") == "PodScheduled"), {}
+        )
+        unschedulable = ""
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            unschedulable = str(scheduled.get("message") or "Unschedulable")
         return cls(
             name=str(meta.get("name")),
             phase=str(status.get("phase") or "Unknown"),
             gated=any((g or {}).get("name") == ADMISSION_GATE for g in gates),
             deleting=bool(meta.get("deletionTimestamp") or meta.get("deletion_timestamp")),
+            unschedulable=unschedulable,
         )
 
 
@@ -82,6 +90,9 @@ class History:
     preempted_reasons: dict[str, set[str]] = field(default_factory=dict)
     partial_gangs: dict[str, list[float]] = field(default_factory=dict)  # job -> times seen partial
     workloads: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # the latest of each job
+    # job -> pod -> [first, last] time seen deleted but still running (its SIGTERM save)
+    terminating: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    present: dict[str, set[str]] = field(default_factory=dict)  # job -> its pods in the latest look
 
     def record(self, obs: Observation, sizes: Mapping[str, int]) -> None:
         for job, view in obs.jobs.items():
@@ -94,7 +105,16 @@ class History:
             preempted = view.condition("Preempted")
             if preempted is not None and preempted.get("status") == "True":
                 self.preempted_reasons.setdefault(job, set()).add(str(preempted.get("reason")))
-            released = [p for p in view.pods if not p.gated and not p.deleting]
+            self.present[job] = {p.name for p in view.pods if p.phase not in ("Succeeded", "Failed")}
+            for pod in view.pods:
+                if pod.deleting and pod.phase == "Running":
+                    seen = self.terminating.setdefault(job, {}).setdefault(pod.name, [obs.t, obs.t])
+                    seen[1] = obs.t
+            released = [
+                p
+                for p in view.pods
+                if not p.gated and not p.deleting and p.phase not in ("Succeeded", "Failed")
+            ]
             if released and len(released) < sizes.get(job, 1):
                 self.partial_gangs.setdefault(job, []).append(obs.t)
 
@@ -172,6 +192,12 @@ def _job_problem(
         return f"{len(live)} pods, expected {checks['pods']}"
     running = sum(p.phase == "Running" for p in live)
     if "pods_running" in checks and running != checks["pods_running"]:
+        unplaced = next((p.unschedulable for p in live if p.unschedulable), "")
+        if view.admitted and unplaced:  # Kueue did its part: the nodes could not take the pods
+            return (
+                f"{running} pods running, expected {checks['pods_running']}: admitted by Kueue, but "
+                f"kube-scheduler could not place it: {unplaced}"
+            )
         return f"{running} pods running, expected {checks['pods_running']}"
     if "evicted" in checks and (job in history.evicted) != checks["evicted"]:
         return "was evicted" if job in history.evicted else "was never evicted"
@@ -188,8 +214,30 @@ def _job_problem(
     if checks.get("gang") is True and history.partial_gangs.get(job):
         times = history.partial_gangs[job]
         return f"only part of the gang was released at t={times[0]:.1f}s ({len(times)} observations)"
+    if "stopped_gracefully_s" in checks:
+        return _graceful_problem(float(checks["stopped_gracefully_s"]), job, history)
     if checks.get("displayed_reason") is True:
         return _displayed_problem(view, obs.now)
+    return ""
+
+
+GRACE_SLACK_S: Final = (
+    2.5  # looks are seconds apart on a busy machine: first and last sightings are late/early
+)
+
+
+def _graceful_problem(save_s: float, job: str, history: History) -> str:
+    """Its deleted pods kept running `save_s` (their SIGTERM save) and then ended: the kubelet
+    gave them their grace period, not a SIGKILL at once."""
+    seen = history.terminating.get(job) or {}
+    if not seen:
+        return "no pod of it was seen stopping (deleted and still running)"
+    still = sorted(set(seen) & history.present.get(job, set()))
+    if still:
+        return f"{still[0]} is still stopping"
+    shortest = min(last - first for first, last in seen.values())
+    if shortest < save_s - GRACE_SLACK_S:
+        return f"a pod ran {shortest:.1f} s after its deletion, expected its {save_s:g} s save"
     return ""
 
 
@@ -256,23 +304,29 @@ def scenario_verdicts(
     kueue_version: str,
     mode: str | None,
     harness_error: str = "",
+    inconclusive: str = "",
+    cluster: Mapping[str, Any] | None = None,
 ) -> list[Verdict]:
     """One verdict per criterion the scenario decides: fail if any of its expectations failed,
     pass if all held, error when the run broke before deciding it, inconclusive when no step
-    checked it."""
-    against = {
+    checked it or the cluster cannot run the scenario meaningfully (`inconclusive` says why)."""
+    against: dict[str, Any] = {
         "scenario": scenario.id,
         "scenario_sha256": scenario.digest,
         "kueue_version": kueue_version,
         "reason_mode": mode or "undetermined",
         "rule": RULE_ID,
     }
+    if cluster:
+        against["cluster"] = dict(cluster)
     verdicts = []
     for criterion in scenario.criteria:
         mine = [r for r in results if r.criterion == criterion]
         failed = [r for r in mine if not r.ok]
         evidence = {"steps": [r.to_json() for r in mine], "title": scenario.title}
-        if failed:
+        if inconclusive and not harness_error:
+            result, reason = Result.INCONCLUSIVE, f"not run: {inconclusive}"
+        elif failed:
             result, reason = Result.FAIL, f"step {failed[0].step}: {failed[0].detail}"
         elif harness_error:
             result, reason = Result.ERROR, harness_error

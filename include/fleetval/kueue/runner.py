@@ -3,10 +3,11 @@ a customer's Kueue and the simulated cluster's.
 
 A run: remove what earlier runs of the scenario left (crashed ones too: everything carries the
 scenario label); create the namespaces and Kueue objects, renamed with the run's prefix; walk the
-timeline (submit a job = create its pod group; finish = delete its pods; expect = observe until
-it holds or its bound runs out, then hold it); resubmit a job whose pods Kueue evicted, as its
-owner would; then remove everything, whatever happened. Observations go into the `RunRecord`
-(raw evidence, stored before judging) and the judge turns them into verdicts.
+timeline (submit a job = create its batch/v1 Job or its pod group; finish = annotate its pods so
+that they exit 0; expect = observe until it holds or its bound runs out, then hold it); resubmit
+a pod group whose pods Kueue evicted, once none of them is live, as its owner would (a Job is
+requeued by Kueue itself); then remove everything, whatever happened. Observations go into the
+`RunRecord` (raw evidence, stored before judging) and the judge turns them into verdicts.
 """
 
 from __future__ import annotations
@@ -17,19 +18,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, ApisApi, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from fleetval.errors import ParseError
-from fleetval.kueue.api import (
-    GROUP,
-    PLURALS,
-    POD_GROUP_COUNT,
-    POD_GROUP_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_LABEL,
-    VERSION,
+from fleetval.kueue.api import GROUP, PLURALS, POD_GROUP_LABEL, RETRIABLE_IN_GROUP, VERSION
+from fleetval.kueue.cluster_facts import (
+    KUEUE_CONFIG_MAP,
+    ClusterFacts,
+    gpu_products,
+    read_settings,
+    why_not_meaningful,
+    with_fleet_product,
+)
+from fleetval.kueue.job import (
+    FINISH_ANNOTATION,
+    JOB_IMAGE,
+    POD_GROUP_KIND,
+    JobShape,
+    group_pod_manifest,
+    job_manifest,
 )
 from fleetval.kueue.judge import History, JobView, Observation, PodView, StepResult, check, reason_mode
 from fleetval.kueue.parse import normalized
@@ -45,10 +54,11 @@ from fleetval.kueue.scenario import (
     renamed,
 )
 
-DEFAULT_IMAGE: Final = "busybox:1.36"
+DEFAULT_IMAGE: Final = JOB_IMAGE
 KUEUE_NAMESPACE: Final = "kueue-system"
 KUEUE_DEPLOYMENT: Final = "kueue-controller-manager"
 POLL_S: Final = 0.2
+_ENDED: Final = frozenset({"Succeeded", "Failed"})
 _CLUSTER_SCOPED: Final = ("clusterqueues", "cohorts", "resourceflavors", "workloadpriorityclasses")
 
 
@@ -67,6 +77,8 @@ class RunRecord:
     harness_error: str = ""
     cleaned: dict[str, int] = field(default_factory=dict)
     mode: str | None = None
+    cluster: dict[str, Any] = field(default_factory=dict)  # what was read of it first (ClusterFacts)
+    inconclusive: str = ""  # why the scenario was not run on this cluster
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +93,8 @@ class RunRecord:
             "harness_error": self.harness_error,
             "cleaned": self.cleaned,
             "reason_mode": self.mode,
+            "cluster": self.cluster,
+            "inconclusive": self.inconclusive,
         }
 
 
@@ -113,6 +127,7 @@ class ScenarioRunner:
         max_within: float | None = None,
     ) -> None:
         self.core = CoreV1Api(api)
+        self.batch = BatchV1Api(api)
         self.custom = CustomObjectsApi(api)
         self.api = api
         self.scenario = scenario
@@ -134,13 +149,20 @@ class ScenarioRunner:
         self._submitted: set[str] = set()
         self._finished: set[str] = set()
         self._mode: str | None = None  # the reason mode, once the cluster's reasons showed it
+        self._product: str | None = None  # the fleet's GPU product (`<fleet-gpu-product>`)
 
     # --- the run ---------------------------------------------------------------------------------
     def run(self) -> RunRecord:
         self.record.started_at = dt.datetime.now(dt.UTC).isoformat()
         try:
             self.record.kueue_version = kueue_version(self.api, self.kueue_namespace)
-            self.record.cleaned = cleanup(self.core, self.custom, self.scenario.id)
+            facts = self.read_cluster()
+            self.record.cluster = facts.to_json()
+            self.record.inconclusive = why_not_meaningful(self.scenario, facts)
+            if self.record.inconclusive:
+                return self.record  # nothing created; the cleanup below finds nothing of this run
+            self._product = facts.fleet_gpu_product
+            self.record.cleaned = cleanup(self.core, self.custom, self.scenario.id, batch=self.batch)
             self._create_objects()
             self._start = self.clock()
             for step in self.scenario.steps:
@@ -162,11 +184,28 @@ class ScenarioRunner:
         finally:
             self.record.mode = self._mode
             try:
-                gone = cleanup(self.core, self.custom, self.scenario.id, run=self.labels[RUN_LABEL])
+                gone = cleanup(
+                    self.core, self.custom, self.scenario.id, run=self.labels[RUN_LABEL], batch=self.batch
+                )
                 self.record.cleaned = {k: self.record.cleaned.get(k, 0) + v for k, v in gone.items()}
             except (ApiException, OSError, HTTPError) as exc:
                 self.record.harness_error = self.record.harness_error or f"cleanup failed: {exc}"
         return self.record
+
+    def read_cluster(self) -> ClusterFacts:
+        """Kueue's served API versions, its live Configuration and the fleet's GPU products."""
+        groups = ApisApi(self.api).get_api_versions().groups or []
+        group = next((g for g in groups if g.name == GROUP), None)
+        served = tuple(str(v.version) for v in group.versions or []) if group is not None else None
+        try:
+            config_map = self.core.read_namespaced_config_map(KUEUE_CONFIG_MAP, self.kueue_namespace)
+            settings = read_settings(self.api.sanitize_for_serialization(config_map))
+        except ApiException as exc:
+            where = f"{self.kueue_namespace}/{KUEUE_CONFIG_MAP}"
+            why = f"no ConfigMap {where}" if exc.status == 404 else f"{where}: {exc.status} {exc.reason}"
+            settings = read_settings(None, why)
+        labels = [dict(n.metadata.labels or {}) for n in self.core.list_node().items]
+        return ClusterFacts(self.record.kueue_version, served, settings, gpu_products(labels))
 
     def _elapsed(self) -> float:
         return self.clock() - self._start
@@ -184,6 +223,8 @@ class ScenarioRunner:
             self.core.create_namespace(body)
         for obj in sorted(self.scenario.objects, key=lambda o: list(PLURALS).index(o["kind"])):
             body = renamed(obj, self.names)
+            if self._product is not None:
+                body = with_fleet_product(body, self._product)
             meta = body.setdefault("metadata", {})
             meta["labels"] = {**(meta.get("labels") or {}), **self.labels}
             plural = PLURALS[obj["kind"]]
@@ -200,61 +241,74 @@ class ScenarioRunner:
         )
 
     # --- jobs ------------------------------------------------------------------------------------
-    def pod_body(self, job: Job, index: int, attempt: int) -> dict[str, Any]:
-        """The pod a job's member `index` is: a queued pod-group member that holds its GPUs until deleted."""
-        group = self.names[job.name]
-        name = f"{group}-{index}" + (f"-r{attempt}" if attempt else "")
-        labels = {
-            **self.labels,
-            QUEUE_LABEL: self.names.get(job.queue, job.queue),
-            POD_GROUP_LABEL: group,
-            JOB_LABEL: job.name,
-        }
-        if job.priority:
-            labels[PRIORITY_CLASS_LABEL] = self.names[job.priority]
-        limits: dict[str, str] = {"cpu": job.cpu, "memory": job.memory}
-        if job.gpus:
-            limits[job.resource] = str(job.gpus)
-        spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": job.grace,
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": self.image,
-                    "command": ["sleep", "infinity"],
-                    "resources": {"requests": {"cpu": job.cpu, "memory": job.memory}, "limits": limits},
-                }
-            ],
-        }
-        if job.node_selector:
-            spec["nodeSelector"] = dict(job.node_selector)
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "labels": labels,
-                "annotations": {POD_GROUP_COUNT: str(job.pods)},
-            },
-            "spec": spec,
-        }
+    def shape(self, job: Job) -> JobShape:
+        """The job with the run's names."""
+        return JobShape(
+            name=self.names[job.name],
+            namespace=self.names[job.namespace],
+            queue=self.names.get(job.queue, job.queue),
+            pods=job.pods,
+            gpus=job.gpus,
+            resource=job.resource,
+            cpu=job.cpu,
+            memory=job.memory,
+            grace=job.grace,
+            save=job.save,
+            priority=self.names[job.priority] if job.priority else None,
+            node_selector=job.node_selector,
+            image=self.image,
+        )
+
+    def pod_labels(self, job: Job) -> dict[str, str]:
+        return {**self.labels, JOB_LABEL: job.name}
 
     def _submit(self, job: Job) -> None:
         attempt = self._attempts.get(job.name, 0)
-        ns = self.names[job.namespace]
-        for index in range(job.pods):
-            self.core.create_namespaced_pod(ns, self.pod_body(job, index, attempt))
+        shape = self.shape(job)
+        if job.kind == POD_GROUP_KIND:
+            for index in range(job.pods):
+                body = group_pod_manifest(shape, index, attempt, self.pod_labels(job))
+                self.core.create_namespaced_pod(shape.namespace, body)
+        else:
+            body = job_manifest(shape, self.labels, self.pod_labels(job))
+            self.batch.create_namespaced_job(shape.namespace, body)
         self._submitted.add(job.name)
         self._action("submitted" if not attempt else f"resubmitted (attempt {attempt})", [job.name])
 
     def _finish(self, job: Job) -> None:
+        """Tell the job's pods to end (they exit 0). A job none of whose pods runs (admitted by
+        Kueue, never placed by kube-scheduler) cannot end by itself: its owner deletes it."""
         self._finished.add(job.name)
         ns = self.names[job.namespace]
-        for pod in self.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job.name}").items:
-            _delete(self.core.delete_namespaced_pod, pod.metadata.name, ns)
-        self._action("finished", [job.name])
+        listed = self.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job.name}").items
+        pods = [self.api.sanitize_for_serialization(p) for p in listed]
+        if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+            for pod in pods:
+                self._tell_to_finish(ns, pod)
+            self._action("finished", [job.name])
+            return
+        if job.kind == POD_GROUP_KIND:
+            for pod in pods:  # not retriable: Kueue finishes the group instead of waiting for replacements
+                name = pod["metadata"]["name"]
+                patch = {"metadata": {"annotations": {RETRIABLE_IN_GROUP: "false"}}}
+                _delete(self.core.patch_namespaced_pod, name, ns, patch)
+                _delete(self.core.delete_namespaced_pod, name, ns)
+        else:
+            _delete(
+                self.batch.delete_namespaced_job, self.names[job.name], ns, propagation_policy="Background"
+            )
+        self._action("deleted (none of its pods ran)", [job.name])
+
+    def _tell_to_finish(self, namespace: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        if (meta.get("annotations") or {}).get(FINISH_ANNOTATION) or meta.get("deletionTimestamp"):
+            return
+        patch = {"metadata": {"annotations": {FINISH_ANNOTATION: "true"}}}
+        try:
+            self.core.patch_namespaced_pod(meta["name"], namespace, patch)
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile: nothing left to finish
+                raise
 
     # --- observing -------------------------------------------------------------------------------
     def _observe(self) -> Observation:
@@ -265,10 +319,22 @@ class ScenarioRunner:
         for ns, ns_jobs in by_ns.items():
             listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]
             workloads = {w["metadata"]["name"]: _readable(w) for w in listed}
+            job_workloads = {  # a batch/v1 Job's Workload is job-<name>-<hash>, owned by the Job
+                str(ref.get("name")): workloads[w["metadata"]["name"]]
+                for w in listed
+                for ref in w["metadata"].get("ownerReferences") or []
+                if ref.get("kind") == "Job"
+            }
             pods: dict[str, list[PodView]] = {}
             for pod in self.core.list_namespaced_pod(ns, label_selector=JOB_LABEL).items:
                 raw = self.api.sanitize_for_serialization(pod)
-                pods.setdefault(raw["metadata"]["labels"][JOB_LABEL], []).append(PodView.of(raw))
+                name = raw["metadata"]["labels"][JOB_LABEL]
+                pods.setdefault(name, []).append(PodView.of(raw))
+                if name in self._finished and (raw.get("status") or {}).get("phase") in (
+                    "Pending",
+                    "Running",
+                ):
+                    self._tell_to_finish(ns, raw)  # a pod created after the finish ends too
             events: dict[str, list[dict[str, Any]]] = {}
             for event in self.core.list_namespaced_event(ns).items:
                 involved = event.involved_object
@@ -285,10 +351,13 @@ class ScenarioRunner:
             for job in ns_jobs:
                 group = self.names[job.name]
                 # A platform that ignores pod groups makes one Workload per pod (pod-<pod>-<hash>).
-                workload = workloads.get(group) or next(
-                    (w for n, w in sorted(workloads.items()) if n.startswith(f"pod-{group}-")), None
+                workload = (
+                    job_workloads.get(group)
+                    or workloads.get(group)
+                    or next((w for n, w in sorted(workloads.items()) if n.startswith(f"pod-{group}-")), None)
                 )
-                shown = sorted(events.get(self.names[job.name], []), key=lambda e: e["time"])
+                named = str(((workload or {}).get("metadata") or {}).get("name") or group)
+                shown = sorted(events.get(named, []), key=lambda e: e["time"])
                 jobs[job.name] = JobView(workload, tuple(pods.get(job.name, [])), tuple(shown))
         obs = Observation(self._elapsed(), dt.datetime.now(dt.UTC), jobs)
         self.history.record(obs, {j.name: j.pods for j in self.scenario.jobs.values()})
@@ -297,11 +366,14 @@ class ScenarioRunner:
         return obs
 
     def _resubmit_evicted(self, obs: Observation) -> None:
-        """A submitted, unfinished job with no pod left was evicted: its owner sends it again."""
+        """A submitted, unfinished pod group evicted with none of its pods live any more: its owner
+        sends it again (Kueue keeps the ended pods until their replacements exist)."""
         for name in sorted(self._submitted - self._finished):
             view = obs.jobs.get(name)
-            if view is None or view.pods or name not in self.history.evicted:
+            if self.scenario.jobs[name].kind != POD_GROUP_KIND or view is None:
                 continue
+            if name not in self.history.evicted or any(p.phase not in _ENDED for p in view.pods):
+                continue  # replacements exist (live) once resubmitted: one resubmission per eviction
             self._attempts[name] = self._attempts.get(name, 0) + 1
             self._submit(self.scenario.jobs[name])
 
@@ -357,7 +429,8 @@ def _readable(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pod_json(pod: PodView) -> dict[str, Any]:
-    return {"name": pod.name, "phase": pod.phase, "gated": pod.gated, "deleting": pod.deleting}
+    shown = {"name": pod.name, "phase": pod.phase, "gated": pod.gated, "deleting": pod.deleting}
+    return {**shown, "unschedulable": pod.unschedulable} if pod.unschedulable else shown
 
 
 def _event_time(event: Any) -> str:
@@ -382,16 +455,29 @@ def _api_message(exc: ApiException) -> str:
 
 
 def cleanup(
-    core: CoreV1Api, custom: CustomObjectsApi, scenario_id: str, *, run: str | None = None
+    core: CoreV1Api,
+    custom: CustomObjectsApi,
+    scenario_id: str,
+    *,
+    run: str | None = None,
+    batch: BatchV1Api | None = None,
 ) -> dict[str, int]:
-    """Delete what runs of the scenario created (one run's with `run`): pods first (their quota),
-    then the namespaces (their LocalQueues), then the cluster-scoped Kueue objects. Returns how
-    many objects of each kind it deleted."""
+    """Delete what runs of the scenario created (one run's with `run`): Jobs, then pods (their
+    quota), then the namespaces (their LocalQueues), then the cluster-scoped Kueue objects.
+    Returns how many objects of each kind it deleted."""
     selector = f"{SCENARIO_LABEL}={scenario_id}" + (f",{RUN_LABEL}={run}" if run else "")
     counts: dict[str, int] = {}
     namespaces = [ns.metadata.name for ns in core.list_namespace(label_selector=selector).items]
     for ns in namespaces:
+        if batch is not None:  # before the pods: a Job would replace them
+            for job in batch.list_namespaced_job(ns, label_selector=SCENARIO_LABEL).items:
+                _delete(batch.delete_namespaced_job, job.metadata.name, ns, propagation_policy="Background")
+                counts["jobs"] = counts.get("jobs", 0) + 1
         for pod in core.list_namespaced_pod(ns, label_selector=SCENARIO_LABEL).items:
+            if POD_GROUP_LABEL in (pod.metadata.labels or {}):
+                # Not retriable: Kueue finishes the group and lets its pods go (its finalizer).
+                patch = {"metadata": {"annotations": {RETRIABLE_IN_GROUP: "false"}}}
+                _delete(core.patch_namespaced_pod, pod.metadata.name, ns, patch)
             _delete(core.delete_namespaced_pod, pod.metadata.name, ns, grace_period_seconds=0)
             counts["pods"] = counts.get("pods", 0) + 1
         _delete(core.delete_namespace, ns)

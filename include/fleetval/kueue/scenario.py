@@ -17,13 +17,15 @@ A scenario is a YAML mapping:
       - {expect: {criterion: D-SCHED-01, job: a-run-6, state: admitted, within: 10}}
       - {finish: a-run-6}
 
-A job is a pod group (labels `kueue.x-k8s.io/queue-name`, `kueue.x-k8s.io/pod-group-name`,
-annotation `kueue.x-k8s.io/pod-group-total-count`) of `pods` pods (default 1) each asking for
-`gpus` of `resource` (default `nvidia.com/gpu`; a MIG profile such as `nvidia.com/mig-1g.10gb`
-works the same) plus `cpu` / `memory` (defaults 100m / 64Mi), optionally with a
-WorkloadPriorityClass `priority`, a `node_selector` and a `grace` period (seconds). `finish`
-deletes its pods; a job Kueue evicts is submitted again, as its owner would (new pod names, the
-same group).
+A job is `pods` pods (default 1) each asking for `gpus` of `resource` (default `nvidia.com/gpu`;
+a MIG profile such as `nvidia.com/mig-1g.10gb` works the same) plus `cpu` / `memory` (defaults
+100m / 64Mi), optionally with a WorkloadPriorityClass `priority`, a `node_selector`, a `grace`
+period (seconds, default 5) and a `save` time (seconds its pods take after SIGTERM before they
+exit, default 0). Its `kind` is `job` (default: a batch/v1 Job, parallelism = pods, that Kueue
+unsuspends, suspends on eviction and requeues itself) or `pod-group` (plain pods labelled
+`kueue.x-k8s.io/pod-group-name`; a preempted group is submitted again once none of its pods is
+live, as its owner would: new pod names, the same group). `finish` tells the job's pods to end:
+they exit 0 and Kueue marks the Workload Finished (see `fleetval.kueue.job`).
 
 An expectation (`expect`) names its `criterion` and one `job` or several `jobs`, and any of:
 `state` (pending | admitted | finished | gone), `reason` (a class of `reasons.REASON_CLASSES`),
@@ -33,8 +35,10 @@ An expectation (`expect`) names its `criterion` and one `job` or several `jobs`,
 reason, e.g. InCohortReclamation), `flavor` (the ResourceFlavor its GPUs were admitted on),
 `displayed_reason` (true: what Kueue's events show equals the waiting reason derived from the
 conditions, D-SCHED-07), `gang` (true: never seen with only part of its pods released),
-`admitted_order` (these jobs were admitted in this order); `within` (seconds it may take to
-become true, default 10) and `hold` (seconds it must then stay true).
+`admitted_order` (these jobs were admitted in this order), `stopped_gracefully_s` (its pods,
+once deleted, kept running this long, their SIGTERM save (see `save`), and then ended);
+`within` (seconds it may take to become true, default 10) and `hold` (seconds it must then stay
+true).
 
 Names in `objects`, `namespaces`, `jobs` and expected messages are the scenario's own: a run
 prefixes every one with `fvk-<hash>-` and labels everything it creates, so runs never collide
@@ -57,6 +61,7 @@ import yaml
 from fleetval.errors import FleetvalError
 from fleetval.k8s.validation import ApiError, check_custom, load_crds
 from fleetval.kueue.api import GROUP, PLURALS
+from fleetval.kueue.job import JOB_KIND, KINDS
 from fleetval.kueue.reasons import REASON_CLASSES
 
 SCENARIO_LABEL: Final = "fleetval.io/kueue-scenario"
@@ -88,12 +93,26 @@ _EXPECT_KEYS: Final = frozenset(
         "gang",
         "admitted_order",
         "flavor",
+        "stopped_gracefully_s",
         "within",
         "hold",
     }
 )
 _JOB_KEYS: Final = frozenset(
-    {"namespace", "queue", "pods", "gpus", "resource", "cpu", "memory", "priority", "node_selector", "grace"}
+    {
+        "namespace",
+        "queue",
+        "kind",
+        "pods",
+        "gpus",
+        "resource",
+        "cpu",
+        "memory",
+        "priority",
+        "node_selector",
+        "grace",
+        "save",
+    }
 )
 
 
@@ -114,6 +133,8 @@ class Job:
     priority: str | None = None
     node_selector: Mapping[str, str] = field(default_factory=dict)
     grace: int = 5
+    save: float = 0.0
+    kind: str = JOB_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,8 +358,12 @@ def _jobs(where: str, value: Any, namespaces: set[str], objects: list[dict[str, 
         gpus = spec.get("gpus", 1)
         if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64:
             raise ScenarioError(f"{at}.gpus: a whole number from 0 to 64, got {gpus!r}")
+        kind = spec.get("kind", JOB_KIND)
+        if kind not in KINDS:
+            raise ScenarioError(f"{at}.kind: one of {', '.join(KINDS)}, got {kind!r}")
         jobs[name] = Job(
             name=name,
+            kind=kind,
             namespace=ns,
             queue=queue,
             pods=_positive_int(f"{at}.pods", spec.get("pods", 1), MAX_PODS),
@@ -349,6 +374,7 @@ def _jobs(where: str, value: Any, namespaces: set[str], objects: list[dict[str, 
             priority=priority,
             node_selector=dict(selector),
             grace=_positive_int(f"{at}.grace", spec.get("grace", 5), 3600),
+            save=_seconds(f"{at}.save", spec.get("save", 0)),
         )
     return jobs
 
@@ -443,6 +469,8 @@ def _expectation(at: str, value: Any, jobs: Mapping[str, Job], criteria: set[str
             isinstance(checks[key], bool) or not isinstance(checks[key], int) or checks[key] < 0
         ):
             raise ScenarioError(f"{at}.{key}: a whole number of pods, got {checks[key]!r}")
+    if "stopped_gracefully_s" in checks:
+        _seconds(f"{at}.stopped_gracefully_s", checks["stopped_gracefully_s"])
     for key in ("evicted", "displayed_reason", "gang"):
         if key in checks and not isinstance(checks[key], bool):
             raise ScenarioError(f"{at}.{key}: true or false, got {checks[key]!r}")

@@ -90,6 +90,8 @@ def run_scenario(
             kueue_version=record.kueue_version,
             mode=record.mode,
             harness_error=record.harness_error,
+            inconclusive=record.inconclusive,
+            cluster=record.cluster,
         )
     )
     if store is not None and run_id is not None:

@@ -158,3 +158,50 @@ def test_verdicts_per_criterion() -> None:
         scenario, [ok], kueue_version="unknown", mode=None, harness_error="the API refused"
     )
     assert [v.result for v in broken] == [Result.ERROR, Result.ERROR, Result.ERROR]  # not decided: error
+
+
+def _stopping(history: History, t: float, *pods: tuple[str, bool, str]) -> None:
+    views = tuple(PodView(name, phase, gated=False, deleting=deleting) for name, deleting, phase in pods)
+    history.record(Observation(t, NOW, {"lo": JobView(ADMITTED, views)}), {"lo": 1})
+
+
+def test_a_victim_is_judged_on_the_time_it_ran_after_its_deletion() -> None:
+    graceful = Expectation("D-SCHED-05", ("lo",), {"stopped_gracefully_s": 6})
+    saved, killed, stopping = History(), History(), History()
+    for t in (0.0, 2.0, 4.0, 6.0):  # seen stopping for 6 s, then gone
+        _stopping(saved, t, ("lo-abcde", True, "Running"))
+    _stopping(saved, 6.5)
+    _stopping(killed, 0.0, ("lo-abcde", True, "Running"))  # SIGKILL at once: gone by the next look
+    _stopping(killed, 0.3)
+    _stopping(stopping, 0.0, ("lo-abcde", True, "Running"))
+    obs = Observation(7.0, NOW, {"lo": JobView(ADMITTED)})
+    assert check(graceful, obs, saved, NAMES, None).ok
+    assert check(graceful, obs, killed, NAMES, None).detail == (
+        "lo: a pod ran 0.0 s after its deletion, expected its 6 s save"
+    )
+    assert check(graceful, obs, stopping, NAMES, None).detail == "lo: lo-abcde is still stopping"
+    assert check(graceful, obs, History(), NAMES, None).detail == (
+        "lo: no pod of it was seen stopping (deleted and still running)"
+    )
+
+
+def test_admitted_but_not_placed_is_reported_as_such() -> None:
+    unplaced = PodView(
+        "a-0", "Pending", gated=False, unschedulable="0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    )
+    expect = Expectation("D-SCHED-01", ("a",), {"pods_running": 1})
+    obs = Observation(1.0, NOW, {"a": JobView(ADMITTED, (unplaced,))})
+    assert check(expect, obs, History(), NAMES, None).detail == (
+        "a: 0 pods running, expected 1: admitted by Kueue, but kube-scheduler could not place it: "
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    )
+    pod = {
+        "metadata": {"name": "a-0"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no node"}
+            ],
+        },
+    }
+    assert PodView.of(pod).unschedulable == "no node"

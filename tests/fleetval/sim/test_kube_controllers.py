@@ -180,7 +180,9 @@ def test_an_mpijob_past_its_active_deadline_fails_and_stops(sim_kube: Any) -> No
     kube = serve(sim_kube, time_scale=0.01)
     body = mpijob_manifest(nccl_probe(["r01-n01", "r01-n02"], gpus_per_node=8, repeat=0, run_key="t"))
     body["spec"]["runPolicy"]["activeDeadlineSeconds"] = 20  # 0.2 s here; the launcher sleeps 36 s
-    body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"] = ["sleep 3600"]
+    launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    launcher["containers"][0]["args"] = ["sleep 3600"]
+    launcher["terminationGracePeriodSeconds"] = 1  # the Job controller's delete gives it its grace period
     kube.custom.create_namespaced_custom_object(namespace=NS, body=body, **MPIJOBS)
     name = body["metadata"]["name"]
     done = eventually(lambda: finished(kube, name), what="the MPIJob to finish")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import contextlib
 import copy
 import hashlib
 import json
@@ -222,6 +223,14 @@ class SimKubeCluster:
     def flush(self) -> None:
         with self.lock:
             self._flush()
+
+    def stop_containers(self) -> None:
+        """The node's containers that are processes end with it (the server is stopping)."""
+        with self.lock:
+            for run in self.runs.values():
+                if run.live is not None and run.live.exit_code() is None:
+                    with contextlib.suppress(OSError):
+                        run.live.send(signal.SIGKILL)
 
     def _flush(self) -> None:
         """Write changed objects to the store (events are not kept, as on a real cluster they expire)."""
@@ -1330,6 +1339,9 @@ class SimKubeCluster:
     def _progress(self, key: Key, pod: dict[str, Any], now: float) -> None:
         run = self.runs[key]
         if run.live is not None and not math.isfinite(run.ends):
+            processes.refresh_downward_api(
+                pod, self.volume_root or processes.default_volume_root(self.spec.name)
+            )
             code = self._pump(run, now)
             if code is not None:
                 run.ends, run.exit_code = now, code

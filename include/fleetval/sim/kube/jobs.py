@@ -6,11 +6,13 @@ From Kubernetes 1.33 (`pkg/apis/batch/v1/defaults.go`, `pkg/apis/batch/validatio
 `pkg/controller/job`): the server generates the selector and the pod template's
 `batch.kubernetes.io/controller-uid` / `job-name` labels; the template's restartPolicy must be
 `Never` or `OnFailure`. The controller creates pods named `<job>-<5 chars>` owned by the Job,
-counts them (`active`, `ready`, `succeeded`, `failed`), adds `SuccessCriteriaMet` then
-`Complete` once `completions` pods succeeded, `FailureTarget` then `Failed` with
+counts them (`active`: not being deleted; `ready`, `succeeded`, `failed`, `terminating`), adds
+`SuccessCriteriaMet` then `Complete` once `completions` pods succeeded, `FailureTarget` then `Failed` with
 `BackoffLimitExceeded` once more than `backoffLimit` pods failed or `DeadlineExceeded` once the
 Job ran `activeDeadlineSeconds` (simulated seconds: × the cluster's time_scale, so never at 0, as
-pods' deadlines), deleting its running pods. `suspend: true` deletes the running pods and clears
+pods' deadlines), deleting its running pods (each with its grace period, as the controller's
+plain delete does). `podReplacementPolicy: Failed` replaces a deleted pod only once it has
+ended. `suspend: true` deletes the running pods and clears
 `startTime` (the deadline restarts on resume). Deleting a batch/v1 Job orphans its pods unless
 the request asks for Background or Foreground propagation, as the real API server does.
 
@@ -123,17 +125,23 @@ def _sync(cluster: SimKubeCluster, job: dict[str, Any], now: float) -> float:
     new = copy.deepcopy(job)
     status = new.setdefault("status", {})
     pods = owned(cluster.stored(pod_res, ns), job)
-    active = [p for p in pods if phase(p) not in TERMINAL]
+    running = [p for p in pods if phase(p) not in TERMINAL]
+    # Active pods are those not being deleted (FilterActivePods); terminating ones run on through
+    # their grace period and are counted apart.
+    active = [p for p in running if not p["metadata"].get("deletionTimestamp")]
+    terminating = [p for p in running if p["metadata"].get("deletionTimestamp")]
     succeeded = sum(phase(p) == "Succeeded" for p in pods)
     failed = sum(phase(p) == "Failed" for p in pods)
     due = math.inf
 
     def stop_active() -> None:
+        # deleteActivePods: a plain delete, so each pod gets its terminationGracePeriodSeconds
         for pod in active:
-            cluster.erase(pod_res, pod)
+            cluster.delete_gracefully(pod_res, pod)
             cluster.emit(
                 job, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}", COMPONENT
             )
+        terminating.extend(active)
         active.clear()
 
     def fail(reason: str, message: str) -> None:
@@ -172,7 +180,9 @@ def _sync(cluster: SimKubeCluster, job: dict[str, Any], now: float) -> float:
         else:
             if cluster.time_scale > 0:
                 due = ends
-            wanted = min(int(spec.get("parallelism", 1)), completions - succeeded) - len(active)
+            # podReplacementPolicy Failed: a terminating pod is replaced only once it has failed
+            occupied = len(active) + (len(terminating) if spec.get("podReplacementPolicy") == "Failed" else 0)
+            wanted = min(int(spec.get("parallelism", 1)), completions - succeeded) - occupied
             for _ in range(max(0, wanted)):
                 created = _create_pod(cluster, job)
                 if created is not None:
@@ -182,7 +192,7 @@ def _sync(cluster: SimKubeCluster, job: dict[str, Any], now: float) -> float:
         ready=sum(pod_ready(p) for p in active),
         succeeded=succeeded,
         failed=failed,
-        terminating=0,
+        terminating=len(terminating),
         uncountedTerminatedPods={},
     )
     cluster.write(by_kind("Job"), new)

@@ -1,14 +1,21 @@
-"""Containers that really run: the checkpoint drill image's pods are local processes.
+"""Containers that really run: the checkpoint drill image's and the Kueue scenario jobs' pods
+are local processes.
 
 Every other image's container is modelled (`fleetval.sim.images` prints what the tool would
 print). The drill image's job is small enough to run, and what the drill judges — a checkpoint
 written to storage, a kill inside a write, a save on SIGTERM — is only real if a process does
 it. So the simulated kubelet starts the image's command as a process (the reference job forks
-from `fleetval.ckpt.local`'s zygote, which loaded PyTorch once), with:
+from `fleetval.ckpt.local`'s zygote, which loaded PyTorch once). The Kueue scenario job image
+(`fleetval.kueue.job.JOB_IMAGE`, Kubernetes' e2e busybox) runs its `sh -c` script with this
+machine's /bin/sh: what the scenarios judge — a job that exits 0 when told to finish, a victim
+that traps SIGTERM and takes its time — is a shell's signal handling, which a model would only
+assert. Both get:
 
 - the container's environment, and its volumes as directories: a PersistentVolumeClaim is
   `<volume root>/<namespace>/<claim>` (the same directory for every pod that mounts the claim,
-  as one volume would be), an emptyDir is per pod;
+  as one volume would be), an emptyDir is per pod, a downwardAPI volume is per pod and its files
+  are rewritten from the pod as it is now whenever the kubelet looks at it (a real kubelet
+  remounts it on each pod update: annotations reach the files within a sync);
 - paths under a volume's mountPath in env values and args rewritten to that directory (the one
   liberty: a local process has no mount namespace);
 - the fleet spec's job faults (`ckpt.non_atomic`, …) as the reference job's flags, so a faulty
@@ -30,10 +37,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetval.ckpt import contract
-from fleetval.ckpt.local import LaunchError, Process, job_available, start_entry
+from fleetval.ckpt.local import CommandProcess, LaunchError, Process, job_available, start_entry
+from fleetval.kueue.job import JOB_IMAGE
 from fleetval.sim.images import normalize_image
 
-PROCESS_IMAGES: Final = frozenset({normalize_image(contract.DRILL_IMAGE)})
+SHELL_IMAGES: Final = frozenset({normalize_image(JOB_IMAGE)})
+PROCESS_IMAGES: Final = frozenset({normalize_image(contract.DRILL_IMAGE)}) | SHELL_IMAGES
+SHELLS: Final = frozenset({"sh", "/bin/sh", "ash", "/bin/ash"})  # busybox's sh is ash
 ENTRYPOINT: Final = contract.TRAIN_COMMAND
 ENTRIES: Final = {
     contract.TRAIN_COMMAND[0]: contract.TRAIN_ENTRY,
@@ -68,15 +78,62 @@ def volume_dirs(
             return StartFailure(f'volume "{mount.get("name")}" not found in the pod')
         if "persistentVolumeClaim" in volume:
             directory = root / meta["namespace"] / str(volume["persistentVolumeClaim"].get("claimName"))
-        elif "emptyDir" in volume:
+        elif "emptyDir" in volume or "downwardAPI" in volume:
             directory = root / meta["namespace"] / ".pods" / meta["uid"] / str(volume["name"])
         else:
             continue  # other volume kinds hold nothing the drill image reads
         if mount.get("subPath"):
             directory = directory / str(mount["subPath"])
         directory.mkdir(parents=True, exist_ok=True)
+        if "downwardAPI" in volume:
+            write_downward_api(pod, volume["downwardAPI"], directory)
         mounts[str(mount.get("mountPath", "")).rstrip("/") or "/"] = directory
     return mounts
+
+
+def _field(pod: Mapping[str, Any], path: str) -> str | None:
+    """A downward API fieldRef's value (the metadata fields a volume may project), or None."""
+    meta = pod["metadata"]
+    for kind in ("annotations", "labels"):
+        prefix = f"metadata.{kind}['"
+        if path.startswith(prefix) and path.endswith("']"):
+            return str((meta.get(kind) or {}).get(path[len(prefix) : -2], ""))
+        if path == f"metadata.{kind}":
+            return "\n".join(f'{k}="{v}"' for k, v in sorted((meta.get(kind) or {}).items()))
+    if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
+        return str(meta.get(path.split(".", 1)[1], ""))
+    return None
+
+
+def write_downward_api(pod: Mapping[str, Any], source: Mapping[str, Any], directory: Path) -> None:
+    """Write a downwardAPI volume's files from the pod as it is now; a file is replaced (renamed
+    over, as the kubelet's atomic writer does) only when its content changed."""
+    for item in source.get("items") or []:
+        value = _field(pod, str((item.get("fieldRef") or {}).get("fieldPath", "")))
+        relative = str(item.get("path", ""))
+        if value is None or not relative or relative.startswith("/") or ".." in relative.split("/"):
+            continue
+        target = directory / relative
+        try:
+            if target.read_text() == value:
+                continue
+        except OSError:
+            pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.tmp")
+        staged.write_text(value)
+        staged.replace(target)
+
+
+def refresh_downward_api(pod: Mapping[str, Any], root: Path) -> None:
+    """The pod's downwardAPI volumes rewritten from its current metadata (a running pod's
+    annotations changed)."""
+    meta = pod["metadata"]
+    for volume in pod["spec"].get("volumes") or []:
+        if "downwardAPI" in volume:
+            directory = root / meta["namespace"] / ".pods" / meta["uid"] / str(volume.get("name"))
+            if directory.is_dir():
+                write_downward_api(pod, volume["downwardAPI"], directory)
 
 
 def _local(value: str, mounts: Mapping[str, Path]) -> str:
@@ -97,6 +154,8 @@ def start(
 ) -> Process | StartFailure:
     """Start the container's command; `job_faults` (the fleet spec's `ckpt.*` faults) break the
     reference job the way its flags do."""
+    if normalize_image(str(container.get("image", ""))) in SHELL_IMAGES:
+        return _start_shell(pod, container, [*command, *args], volume_root, log_path)
     if (missing := job_available()) is not None:
         return StartFailure(f"fleetval-sim: cannot run {container.get('image')}: {missing}")
     argv = [*(command or ENTRYPOINT), *args]
@@ -125,6 +184,34 @@ def start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         return start_entry(entry, [_local(a, mounts) for a in argv[1:]], env, log_path, workdir)
+    except (LaunchError, OSError) as exc:
+        return StartFailure(f"fleetval-sim: {exc}")
+
+
+def _start_shell(
+    pod: Mapping[str, Any], container: Mapping[str, Any], argv: list[str], volume_root: Path, log_path: Path
+) -> Process | StartFailure:
+    """A `sh -c SCRIPT` container of the scenario job image, run by this machine's /bin/sh."""
+    if not argv or argv[0] not in SHELLS:
+        shown = argv[0] if argv else "(no command: the image's entrypoint)"
+        return StartFailure(
+            f"fleetval-sim: the scenario job image runs `sh -c SCRIPT` only, got {shown!r}", 126
+        )
+    mounts = volume_dirs(pod, container, volume_root)
+    if isinstance(mounts, StartFailure):
+        return mounts
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOSTNAME": str(pod["metadata"]["name"]),
+        **{
+            str(e["name"]): _local(str(e.get("value", "")), mounts)
+            for e in container.get("env") or []
+            if "name" in e
+        },
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return CommandProcess(["/bin/sh", *argv[1:]], env, log_path, log_path.parent)
     except (LaunchError, OSError) as exc:
         return StartFailure(f"fleetval-sim: {exc}")
 

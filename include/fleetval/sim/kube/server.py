@@ -82,6 +82,7 @@ class KubeApiServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self.cluster.flush()
+        self.cluster.stop_containers()
 
     def _tick(self) -> None:
         last_flush = time.monotonic()

@@ -340,6 +340,9 @@ class VirtualKubelet:
                 self._progress(state, pod, now)
 
     def _forget(self, state: PodState) -> None:
+        """A pod gone from the API (deleted with grace 0, its namespace gone): its container stops."""
+        if state.run is not None and state.run.live is not None and state.run.live.exit_code() is None:
+            state.run.live.send(signal.SIGKILL)
         with self.lock:
             self.pods.pop(state.uid, None)
             key = (state.namespace, state.name)
@@ -435,6 +438,9 @@ class VirtualKubelet:
         run = state.run
         assert run is not None
         if run.live is not None:
+            processes.refresh_downward_api(
+                pod, self.volume_root or processes.default_volume_root(self.spec.name)
+            )
             self._pump(run, now)
         deadline = pod["spec"].get("activeDeadlineSeconds")
         if deadline and now >= run.started + float(deadline) and now < run.ends:
