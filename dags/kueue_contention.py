@@ -3,11 +3,14 @@
 Checks that the cluster's Kueue does what the platform promises (criteria D-SCHED-01..07, and
 D-GPU-MIG-05 for MIG quota) by **creating the contention on purpose**: each scenario applies its
 own ResourceFlavor / ClusterQueues / LocalQueues / priority classes (names prefixed `fvk-<hash>-`,
-labelled `fleetval.io/kueue-scenario`), submits GPU pod groups labelled
-`kueue.x-k8s.io/queue-name` on a timeline, watches the Workloads, pods and Kueue's events, and
-judges: held with no pod released, admitted within N s when quota frees, borrowing up to the
-limit, reclaim per policy, preemption and re-admission, gang admission, and the waiting reason
-users see. Kueue's reasons differ by version; they are matched per version, never hard-coded.
+labelled `fleetval.io/kueue-scenario`), submits GPU batch/v1 Jobs (one scenario: a pod group)
+labelled `kueue.x-k8s.io/queue-name` on a timeline, ends them by telling their pods to exit 0,
+watches the Workloads, pods and Kueue's events, and judges: held with no pod released, admitted
+within N s when quota frees, borrowing up to the limit, reclaim per policy, preemption with the
+victim's grace period and re-admission, gang admission, and the waiting reason users see. Kueue's
+reasons differ by version; they are matched per version, never hard-coded. A run first reads
+Kueue's served API versions, its live configuration and the fleet's GPU products: a scenario the
+cluster cannot run meaningfully (Kueue < v0.15, fair sharing on) is `inconclusive`, with why.
 
 - **Schedule:** weekly (Sunday 04:00 UTC), and manual with a form: which scenarios (empty:
   all shipped), Kueue's namespace (its version is read from `kueue-controller-manager`), the
@@ -21,7 +24,8 @@ users see. Kueue's reasons differ by version; they are matched per version, neve
 **Triage:** a red `report` task lists each criterion that did not pass with the step and what was
 seen (full observations in `fleetval_db`, probe `kueue/<scenario>`). A failed `run_scenario`
 task means the cluster or the store could not be reached; its retry starts the scenario over.
-Kueue must have the `pod` integration enabled (`deploy/kueue-manager-config.yaml`).
+Kueue's `batch/job` integration (on by default) runs the Jobs; d-sched-06's pod group needs the
+`pod` integration.
 Owner: fleet-validation.
 """
 
@@ -48,6 +52,8 @@ SCENARIOS = [
     "x-06-mig-profiles",
     "x-07-two-flavors",
     "x-08-misconfigured",
+    "x-09-cohort-tree",
+    "x-10-borrow-within-cohort",
 ]
 
 
@@ -70,7 +76,9 @@ SCENARIOS = [
             "kueue-system", type="string", minLength=1, maxLength=63, title="Kueue's namespace"
         ),
         "image": Param(
-            None, type=["null", "string"], title="Jobs' image (empty: busybox:1.36; a mirror if air-gapped)"
+            None,
+            type=["null", "string"],
+            title="Jobs' image (empty: Kubernetes' e2e busybox; a mirror if air-gapped)",
         ),
         "dry_run": Param(False, type="boolean", title="Dry run: validate and plan, create nothing"),
     },

@@ -979,7 +979,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_scn_run.add_argument("--db", type=_db_url, help="store the run records and verdicts here")
     p_scn_run.add_argument("--run-key", type=_text(250))
-    p_scn_run.add_argument("--image", type=_text(512), help="the jobs' image (default: busybox:1.36)")
+    p_scn_run.add_argument(
+        "--image", type=_text(512), help="the jobs' image (default: Kubernetes' e2e busybox; a mirror)"
+    )
     p_scn_run.add_argument(
         "--kueue-namespace", type=_text(63), default="kueue-system", help="where Kueue's manager runs"
     )

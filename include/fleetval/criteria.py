@@ -182,9 +182,12 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "F-SAFE-01": "every DAG that acts on nodes: the blast-radius action budget (remediation)",
     "D-SCHED-01": "kueue_contention: d-sched-01-02-quota, x-02-strict-fifo, x-07-two-flavors (kueue.judge)",
     "D-SCHED-02": "kueue_contention: d-sched-01-02-quota (admission latency), x-01-priority-order",
-    "D-SCHED-03": "kueue_contention: d-sched-03-04-borrow-reclaim, x-03-lending-limit",
-    "D-SCHED-04": "kueue_contention: d-sched-03-04-borrow-reclaim (reclaim on), d-sched-04-no-reclaim",
-    "D-SCHED-05": "kueue_contention: d-sched-05-preempt-resume (preemption and re-admission)",
+    "D-SCHED-03": "kueue_contention: d-sched-03-04-borrow-reclaim, x-03-lending-limit, x-09-cohort-tree",
+    "D-SCHED-04": (
+        "kueue_contention: d-sched-03-04-borrow-reclaim (reclaim on), d-sched-04-no-reclaim, "
+        "x-10-borrow-within-cohort"
+    ),
+    "D-SCHED-05": "kueue_contention: d-sched-05-preempt-resume (preemption, the victim's SIGTERM save)",
     "D-SCHED-06": "kueue_contention: d-sched-06-gang (quota gang of a pod group)",
     "D-SCHED-07": "kueue_contention: Kueue's newest event vs kueue.reasons.waiting_reason",
     "D-GPU-MIG-01": "mig_validation: apply_layouts, resources advertised within N min (mig.reconfig)",

@@ -58,6 +58,7 @@ DEFAULT_IMAGE: Final = JOB_IMAGE
 KUEUE_NAMESPACE: Final = "kueue-system"
 KUEUE_DEPLOYMENT: Final = "kueue-controller-manager"
 POLL_S: Final = 0.2
+NAMESPACE_GONE_WAIT_S: Final = 60.0
 _ENDED: Final = frozenset({"Succeeded", "Failed"})
 _CLUSTER_SCOPED: Final = ("clusterqueues", "cohorts", "resourceflavors", "workloadpriorityclasses")
 
@@ -461,6 +462,7 @@ def cleanup(
     *,
     run: str | None = None,
     batch: BatchV1Api | None = None,
+    wait_s: float = NAMESPACE_GONE_WAIT_S,
 ) -> dict[str, int]:
     """Delete what runs of the scenario created (one run's with `run`): Jobs, then pods (their
     quota), then the namespaces (their LocalQueues), then the cluster-scoped Kueue objects.
@@ -482,6 +484,16 @@ def cleanup(
             counts["pods"] = counts.get("pods", 0) + 1
         _delete(core.delete_namespace, ns)
         counts["namespaces"] = counts.get("namespaces", 0) + 1
+    # A namespace goes once its Workloads have (Kueue's finalizer, after the Jobs' garbage
+    # collection): wait, so that the next run starts on a cluster without this one's objects.
+    deadline = time.monotonic() + wait_s
+    while namespaces and time.monotonic() < deadline:
+        if not core.list_namespace(label_selector=selector).items:
+            break
+        time.sleep(POLL_S)
+    else:
+        if namespaces and (left := len(core.list_namespace(label_selector=selector).items)):
+            counts["namespaces_still_terminating"] = left
     for plural in _CLUSTER_SCOPED:
         items = custom.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)["items"]
         for item in items:
