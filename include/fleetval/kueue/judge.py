@@ -31,6 +31,10 @@ class PodView:
     deleting: bool = False
     unschedulable: str = ""  # kube-scheduler's PodScheduled=False message, when it could not place it
 
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodView:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -105,16 +109,12 @@ class History:
             preempted = view.condition("Preempted")
             if preempted is not None and preempted.get("status") == "True":
                 self.preempted_reasons.setdefault(job, set()).add(str(preempted.get("reason")))
-            self.present[job] = {p.name for p in view.pods if p.phase not in ("Succeeded", "Failed")}
+            self.present[job] = {p.name for p in view.pods if not p.ended}
             for pod in view.pods:
                 if pod.deleting and pod.phase == "Running":
                     seen = self.terminating.setdefault(job, {}).setdefault(pod.name, [obs.t, obs.t])
                     seen[1] = obs.t
-            released = [
-                p
-                for p in view.pods
-                if not p.gated and not p.deleting and p.phase not in ("Succeeded", "Failed")
-            ]
+            released = [p for p in view.pods if not p.gated and not p.deleting and not p.ended]
             if released and len(released) < sizes.get(job, 1):
                 self.partial_gangs.setdefault(job, []).append(obs.t)
 

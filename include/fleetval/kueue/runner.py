@@ -59,7 +59,6 @@ KUEUE_NAMESPACE: Final = "kueue-system"
 KUEUE_DEPLOYMENT: Final = "kueue-controller-manager"
 POLL_S: Final = 0.2
 NAMESPACE_GONE_WAIT_S: Final = 60.0
-_ENDED: Final = frozenset({"Succeeded", "Failed"})
 _CLUSTER_SCOPED: Final = ("clusterqueues", "cohorts", "resourceflavors", "workloadpriorityclasses")
 
 
@@ -373,7 +372,7 @@ class ScenarioRunner:
             view = obs.jobs.get(name)
             if self.scenario.jobs[name].kind != POD_GROUP_KIND or view is None:
                 continue
-            if name not in self.history.evicted or any(p.phase not in _ENDED for p in view.pods):
+            if name not in self.history.evicted or any(not p.ended for p in view.pods):
                 continue  # replacements exist (live) once resubmitted: one resubmission per eviction
             self._attempts[name] = self._attempts.get(name, 0) + 1
             self._submit(self.scenario.jobs[name])

@@ -36,6 +36,7 @@ import random
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,8 @@ class SimKubeCluster:
     _controllers_rv: int = -1
     _controllers_due: float = 0.0
     volume_root: Path | None = None  # where volumes of really-running containers live
+    # This cluster's own pod directories: simulated clusters give the same pod uids.
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     _terminating: dict[Key, float] = field(default_factory=dict)  # pod → when its grace period ends
     # The last lines of really-running pods already deleted, for a `logs -f` that was following
     # them: a runtime delivers a container's last lines before the stream closes.
@@ -1279,7 +1282,7 @@ class SimKubeCluster:
         root = self.volume_root or processes.default_volume_root(self.spec.name)
         log_path = root / ".logs" / f"{pod['metadata']['uid']}.log"
         faults = tuple(f.kind for f in self.spec.cluster_faults("job"))
-        started = processes.start(pod, container, command, args, root, log_path, faults)
+        started = processes.start(pod, container, command, args, root, log_path, faults, self.instance)
         if isinstance(started, processes.StartFailure):
             return Run(node, gpus, now, now, started.message + "\n", started.exit_code)
         return Run(node, gpus, now, math.inf, "", 0, live=started, stamped=[])
@@ -1339,9 +1342,8 @@ class SimKubeCluster:
     def _progress(self, key: Key, pod: dict[str, Any], now: float) -> None:
         run = self.runs[key]
         if run.live is not None and not math.isfinite(run.ends):
-            processes.refresh_downward_api(
-                pod, self.volume_root or processes.default_volume_root(self.spec.name)
-            )
+            root = self.volume_root or processes.default_volume_root(self.spec.name)
+            processes.refresh_downward_api(pod, root, self.instance)
             code = self._pump(run, now)
             if code is not None:
                 run.ends, run.exit_code = now, code

@@ -65,8 +65,15 @@ class StartFailure:
     exit_code: int = 128
 
 
+def _pod_dir(root: Path, pod: Mapping[str, Any], instance: str) -> Path:
+    """A pod's own volumes (emptyDir, downwardAPI), per kubelet instance: simulated clusters give
+    the same uids, and two in one process must not share a pod's files."""
+    meta = pod["metadata"]
+    return root / str(meta["namespace"]) / ".pods" / instance / str(meta["uid"])
+
+
 def volume_dirs(
-    pod: Mapping[str, Any], container: Mapping[str, Any], root: Path
+    pod: Mapping[str, Any], container: Mapping[str, Any], root: Path, instance: str = ""
 ) -> dict[str, Path] | StartFailure:
     """mountPath → local directory for each of the container's volume mounts."""
     meta, spec = pod["metadata"], pod["spec"]
@@ -79,7 +86,7 @@ def volume_dirs(
         if "persistentVolumeClaim" in volume:
             directory = root / meta["namespace"] / str(volume["persistentVolumeClaim"].get("claimName"))
         elif "emptyDir" in volume or "downwardAPI" in volume:
-            directory = root / meta["namespace"] / ".pods" / meta["uid"] / str(volume["name"])
+            directory = _pod_dir(root, pod, instance) / str(volume["name"])
         else:
             continue  # other volume kinds hold nothing the drill image reads
         if mount.get("subPath"):
@@ -125,13 +132,12 @@ def write_downward_api(pod: Mapping[str, Any], source: Mapping[str, Any], direct
         staged.replace(target)
 
 
-def refresh_downward_api(pod: Mapping[str, Any], root: Path) -> None:
+def refresh_downward_api(pod: Mapping[str, Any], root: Path, instance: str = "") -> None:
     """The pod's downwardAPI volumes rewritten from its current metadata (a running pod's
     annotations changed)."""
-    meta = pod["metadata"]
     for volume in pod["spec"].get("volumes") or []:
         if "downwardAPI" in volume:
-            directory = root / meta["namespace"] / ".pods" / meta["uid"] / str(volume.get("name"))
+            directory = _pod_dir(root, pod, instance) / str(volume.get("name"))
             if directory.is_dir():
                 write_downward_api(pod, volume["downwardAPI"], directory)
 
@@ -151,11 +157,12 @@ def start(
     volume_root: Path,
     log_path: Path,
     job_faults: tuple[str, ...] = (),
+    instance: str = "",
 ) -> Process | StartFailure:
     """Start the container's command; `job_faults` (the fleet spec's `ckpt.*` faults) break the
     reference job the way its flags do."""
     if normalize_image(str(container.get("image", ""))) in SHELL_IMAGES:
-        return _start_shell(pod, container, [*command, *args], volume_root, log_path)
+        return _start_shell(pod, container, [*command, *args], volume_root, log_path, instance)
     if (missing := job_available()) is not None:
         return StartFailure(f"fleetval-sim: cannot run {container.get('image')}: {missing}")
     argv = [*(command or ENTRYPOINT), *args]
@@ -167,7 +174,7 @@ def start(
             "create failed: unable to start container process: exec: "
             f'"{argv[0]}": executable file not found in $PATH: unknown'
         )
-    mounts = volume_dirs(pod, container, volume_root)
+    mounts = volume_dirs(pod, container, volume_root, instance)
     if isinstance(mounts, StartFailure):
         return mounts
     env = {
@@ -189,7 +196,12 @@ def start(
 
 
 def _start_shell(
-    pod: Mapping[str, Any], container: Mapping[str, Any], argv: list[str], volume_root: Path, log_path: Path
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    argv: list[str],
+    volume_root: Path,
+    log_path: Path,
+    instance: str,
 ) -> Process | StartFailure:
     """A `sh -c SCRIPT` container of the scenario job image, run by this machine's /bin/sh."""
     if not argv or argv[0] not in SHELLS:
@@ -197,7 +209,7 @@ def _start_shell(
         return StartFailure(
             f"fleetval-sim: the scenario job image runs `sh -c SCRIPT` only, got {shown!r}", 126
         )
-    mounts = volume_dirs(pod, container, volume_root)
+    mounts = volume_dirs(pod, container, volume_root, instance)
     if isinstance(mounts, StartFailure):
         return mounts
     env = {

@@ -41,6 +41,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -130,6 +131,7 @@ class VirtualKubelet:
         self.port = port
         self.node_ip = node_ip
         self.time_scale = time_scale
+        self.instance = uuid.uuid4().hex[:12]  # this kubelet's own pod directories
         self.volume_root = volume_root
         self.clock = clock
         self.nodes = {name: (rack, index) for index, (name, rack) in enumerate(spec.nodes())}
@@ -413,7 +415,14 @@ class VirtualKubelet:
         )
         faults = tuple(f.kind for f in self.spec.cluster_faults("job"))
         started = processes.start(
-            pod, container, list(command), list(args), root, root / ".logs" / f"{state.uid}.log", faults
+            pod,
+            container,
+            list(command),
+            list(args),
+            root,
+            root / ".logs" / f"{state.uid}.log",
+            faults,
+            self.instance,
         )
         if isinstance(started, processes.StartFailure):
             return Run(state.node, gpus, now, now, started.message + "\n", started.exit_code)
