@@ -8,7 +8,9 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: venv tools lint typecheck test test-all postgres postgres-stop controlplane demo demo-once demo-kueue demo-drill bench fuzz clean
+
+.DEFAULT_GOAL := help
+.PHONY: help venv tools lint typecheck test test-all postgres postgres-stop controlplane demo demo-once demo-kueue demo-drill bench fuzz clean
 
 $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.toml jobs/ckpt-reference/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,13 +26,16 @@ $(STAMP): constraints-3.11.txt requirements.in requirements-dev.in pyproject.tom
 	$(BIN)/uv pip install -q -p $(BIN)/python --no-deps -e jobs/ckpt-reference
 	touch $(STAMP)
 
-venv: $(STAMP)
+# `make` alone, or `make help`: the targets and what each does.
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | awk -F'\t' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-lint: $(STAMP)
+venv: $(STAMP) ## the virtualenv (.venv): Airflow, the package, the drill's torch
+lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) ## mypy
 	$(BIN)/mypy
 
 # Debian's docker-compose (1.29): `docker-compose config` checks the Compose files without a Docker
@@ -38,7 +43,7 @@ typecheck: $(STAMP)
 # (Playwright with executable_path=/usr/bin/chromium; no browser is ever downloaded). Installed with
 # apt-get where this runs as root; elsewhere, install them (the tests that need them fail without).
 TOOL_PACKAGES := docker-compose:docker-compose chromium:chromium
-tools:
+tools: ## Debian's docker-compose and chromium, for the deploy and browser tests (as root)
 	@missing=""; for pair in $(TOOL_PACKAGES); do \
 	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; \
 	done; \
@@ -53,48 +58,48 @@ tools:
 # The tests need a real PostgreSQL: FLEETVAL_TEST_DB_URL if set, else a test server of the project's
 # own on $(PG_HOST):$(PG_PORT) (user postgres, trust), installed from Debian's packages where it is
 # missing and started when it is down (scripts/test-postgres.sh; `make postgres-stop` stops it).
-postgres:
+postgres: ## start the project's test PostgreSQL on 127.0.0.1:5432 (installs it as root)
 	@if [ -n "$$FLEETVAL_TEST_DB_URL" ]; then echo "postgres: using FLEETVAL_TEST_DB_URL"; exit 0; fi; \
 	PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) scripts/test-postgres.sh start
 
-postgres-stop:
+postgres-stop: ## stop the test PostgreSQL
 	PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) scripts/test-postgres.sh stop
 
 # The real control plane (etcd, kube-apiserver, controller-manager, scheduler, kubectl, Kueue) built
 # from its Go modules at the versions in controlplane/versions.env, cached outside the work tree
 # (~/.cache/fleetval/controlplane): about 10 min on 2 cores the first time, nothing after. Needs Go.
-controlplane:
+controlplane: ## build the real control plane and Kueue from their Go modules (cached)
 	scripts/build-controlplane.sh
 
 # CI: everything but the longest Airflow end-to-end flows (marker e2e_long): about 26 min on a
 # 2-core machine with the control plane cached; `make test-all` runs those too (about 40 min).
-test: $(STAMP) tools lint typecheck postgres controlplane
+test: $(STAMP) tools lint typecheck postgres controlplane ## lint, types and every test but the longest Airflow flows (CI runs this)
 	$(BIN)/pytest -q -m "not e2e_long"
 
-test-all: $(STAMP) tools lint typecheck postgres controlplane
+test-all: $(STAMP) tools lint typecheck postgres controlplane ## make test plus the longest Airflow end-to-end flows
 	$(BIN)/pytest -q
 
 # The long fuzz run: every parser family's suite at 12,000 mutated inputs per test, a hang fails.
-fuzz: $(STAMP)
+fuzz: $(STAMP) ## the long fuzz run: 12,000 mutated inputs per parser family
 	FLEETVAL_FUZZ_EXAMPLES=12000 FLEETVAL_FUZZ_STRICT_TIME=1 $(BIN)/pytest -q -m fuzz
 
-demo: $(STAMP)
+demo: $(STAMP) ## the simulated fleet, its suites on a local Airflow, then the fleet page
 	$(BIN)/python scripts/demo.py
 
 # The Kueue contention scenarios on a simulated cluster (no Airflow, no database): verdicts as JSON.
-demo-kueue: $(STAMP)
+demo-kueue: $(STAMP) ## the Kueue contention scenarios on a simulated cluster, verdicts as JSON
 	$(BIN)/fleetval scenario run
 
 # The checkpoint drill on this machine: the reference job killed mid-save, preempted, corrupted.
-demo-drill: $(STAMP)
+demo-drill: $(STAMP) ## the checkpoint drill on this machine
 	$(BIN)/fleetval drill run
 
-demo-once: $(STAMP)
+demo-once: $(STAMP) ## make demo, ending after the summary
 	$(BIN)/python scripts/demo.py --exit-after-summary
 
-bench: $(STAMP) postgres
+bench: $(STAMP) postgres ## the benchmarks in bench/ (store ingest, DAG parse cost)
 	$(BIN)/python bench/store_ingest.py
 	$(BIN)/python bench/dag_parse_cost.py
 
-clean:
+clean: ## remove demo state and caches
 	rm -rf .demo .airflow-test-home-* .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+# `judge --fail-exit-code`: the worst verdict as the exit status, for shell scripts (0: pass or warn).
+VERDICT_EXIT_CODES = {"fail": 3, "error": 4, "inconclusive": 5}
 MIB = 1024 * 1024
 # A tool's output (a DCGM report, an NCCL log, a kernel log) is far below this; /dev/zero is not.
 MAX_INPUT_BYTES = 256 * MIB
@@ -132,7 +134,17 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_judge(args: argparse.Namespace) -> int:
     """Unreadable evidence is judged too (inconclusive), never an error exit: the judges take the
-    parse error in place of the parsed output."""
+    parse error in place of the parsed output. With --fail-exit-code the worst verdict is the exit
+    status (VERDICT_EXIT_CODES: fail before error before inconclusive; pass and warn exit 0)."""
+    judged = _judge(args)
+    _emit(judged)
+    if not args.fail_exit_code:
+        return 0
+    results = {str(verdict.get("result")) for verdict in judged.get("verdicts") or []}
+    return next((code for result, code in VERDICT_EXIT_CODES.items() if result in results), 0)
+
+
+def _judge(args: argparse.Namespace) -> dict[str, Any]:
     text = _read(args.file)
     if args.tool == "dcgm":
         from fleetval.dcgm.judge import judge_dcgm
@@ -143,8 +155,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
             report = parse_dcgm(text)
         except ParseError as exc:
             report = exc
-        _emit(judge_dcgm(report, gate=args.gate, node=args.node, expected_gpus=args.gpus).to_json())
-    elif args.tool == "nccl":
+        return judge_dcgm(report, gate=args.gate, node=args.node, expected_gpus=args.gpus).to_json()
+    if args.tool == "nccl":
         from fleetval.nccl.judge import judge_nccl_to_json
         from fleetval.nccl.parser import NcclRun, parse_nccl
 
@@ -155,22 +167,20 @@ def cmd_judge(args: argparse.Namespace) -> int:
             run = parse_nccl(text)
         except ParseError as exc:
             run = exc
-        _emit(judge_nccl_to_json(run, args.baseline, args.ranks, expected_fabric=args.fabric))
-    elif args.tool == "sharing":
-        _emit({"verdicts": [_judge_sharing(text, args.node).to_json()]})
-    elif args.tool == "operator":
-        _emit({"verdicts": [_judge_operator(text, args).to_json()]})
-    else:
-        from fleetval.xid.judge import judge_xid, judge_xid_to_json
-        from fleetval.xid.parser import XidEvent, parse_xid
+        return judge_nccl_to_json(run, args.baseline, args.ranks, expected_fabric=args.fabric)
+    if args.tool == "sharing":
+        return {"verdicts": [_judge_sharing(text, args.node).to_json()]}
+    if args.tool == "operator":
+        return {"verdicts": [_judge_operator(text, args).to_json()]}
+    from fleetval.xid.judge import judge_xid, judge_xid_to_json
+    from fleetval.xid.parser import XidEvent, parse_xid
 
-        events: tuple[XidEvent, ...] | ParseError
-        try:
-            events = parse_xid(text)
-        except ParseError as exc:
-            events = exc
-        _emit(judge_xid_to_json(judge_xid(events, node=args.node)))
-    return 0
+    events: tuple[XidEvent, ...] | ParseError
+    try:
+        events = parse_xid(text)
+    except ParseError as exc:
+        events = exc
+    return judge_xid_to_json(judge_xid(events, node=args.node))
 
 
 def _parse_gpu_operator(text: str) -> dict[str, Any]:
@@ -833,6 +843,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_text(4096),
         help="operator: CONTAINER=FILE, a validation container's log (repeatable)",
     )
+    p_judge.add_argument(
+        "--fail-exit-code",
+        action="store_true",
+        help="exit with the worst verdict: 3 fail, 4 error, 5 inconclusive (0: pass or warn)",
+    )
     p_judge.set_defaults(func=cmd_judge)
 
     p_db = sub.add_parser("db", help="database schema")
@@ -1035,6 +1050,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _run(argv)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
+    except KeyboardInterrupt:  # during start-up (building the parser, its imports) too
+        _error("interrupted")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader (`| head`) has what it wanted. As Python's docs on SIGPIPE advise: point
         # stdout at devnull so the exit's flush cannot fail again, and end quietly.

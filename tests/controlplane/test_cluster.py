@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from fleetval.dcgm.parser import parse_dcgm
+from fleetval.kueue.job import FINISH_ANNOTATION, JobShape, pod_spec
 from fleetval.sim.controlplane.binaries import find_binaries
 from tests.paths import ROOT
 from tests.realkube import binaries_or_fail, leftover_processes
@@ -200,3 +201,33 @@ def test_cli_up_prints_one_line_and_down_stops_everything(tmp_path: Path) -> Non
     assert down.returncode == 0, down.stderr
     assert set(json.loads(down.stdout)["stopped"]) == set(info["pids"])
     assert leftover_processes(state) == []
+
+
+def test_a_running_pods_new_annotation_reaches_its_container(real_kube: Any) -> None:
+    """How a Kueue scenario job is told to finish: the virtual kubelet rewrites the pod's
+    downwardAPI file when kube-apiserver changes the annotation, and the container exits 0."""
+    kube = real_kube(MINI)
+    shape = JobShape(
+        name="told",
+        namespace="default",
+        queue="",
+        pods=1,
+        gpus=0,
+        resource="nvidia.com/gpu",
+        cpu="100m",
+        memory="64Mi",
+        grace=5,
+        save=0,
+    )
+    kube.core.create_namespaced_pod("default", {"metadata": {"name": "told"}, "spec": pod_spec(shape)})
+    _wait(lambda: kube.core.read_namespaced_pod("told", "default").status.phase == "Running", what="running")
+    time.sleep(2)  # a few turns of the container's loop with the file still empty
+    assert kube.core.read_namespaced_pod("told", "default").status.phase == "Running"
+    kube.core.patch_namespaced_pod("told", "default", {"metadata": {"annotations": {FINISH_ANNOTATION: "1"}}})
+    pod = _wait(
+        lambda: (p := kube.core.read_namespaced_pod("told", "default")).status.phase in ("Succeeded", "Failed") and p,
+        what="ended after the annotation",
+    )
+    assert pod.status.phase == "Succeeded"
+    logs = kube.core.read_namespaced_pod_log("told", "default", _preload_content=False).data.decode()
+    assert logs.split() == ["started", "finished"]

@@ -16,6 +16,7 @@ from tests.paths import FIXTURES, ROOT
 
 DCGM_423 = FIXTURES / "dcgm" / "dcgm4.2.3-r2-text-pcie-fail-internal-error-issue253.txt"
 DCGM_MEMORY = FIXTURES / "dcgm" / "dcgm-r2-text-fragment-gpu-memory-fail-thermal-mlengineering.txt"
+DCGM_PASS = FIXTURES / "dcgm" / "dcgm3-r2-pass-json-virtualclient.json"
 DEMO = ROOT / "include" / "fleetval" / "sim" / "fleets" / "demo.yaml"
 
 
@@ -51,6 +52,32 @@ def test_judge_dcgm_memory_failure_rejects_at_onboarding(capsys: pytest.CaptureF
         v for v in data["verdicts"] if v["criterion"] == "D-DEV-04" and v["evidence"]["gpu_index"] == "0"
     )
     assert gpu0["result"] == "fail"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "code"),
+    [
+        (DCGM_PASS, 0),
+        (DCGM_MEMORY, 3),
+        (DCGM_423, 5),  # inconclusive: a DCGM internal error decides nothing
+    ],
+    ids=["pass", "fail", "inconclusive"],
+)
+def test_judge_fail_exit_code_is_the_worst_verdict(
+    capsys: pytest.CaptureFixture[str], fixture: Path, code: int
+) -> None:
+    assert run(capsys, "judge", "dcgm", str(fixture))[0] == 0  # the default: JSON says it all
+    exit_code, data, _ = run(capsys, "judge", "dcgm", str(fixture), "--fail-exit-code")
+    assert exit_code == code
+    assert data["verdicts"]  # the same document is printed
+
+
+def test_judge_fail_exit_code_on_garbage_is_not_a_pass(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "garbage").write_bytes(b"\x00\xff not a kernel log of any kind")
+    for tool in ("xid", "dcgm"):
+        assert run(capsys, "judge", tool, str(tmp_path / "garbage"), "--fail-exit-code")[0] != 0
 
 
 @pytest.mark.parametrize(

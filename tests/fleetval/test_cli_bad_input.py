@@ -527,6 +527,20 @@ def test_whatever_a_command_raises_is_one_line(
     assert out == "" and err.startswith(message) and err.count("\n") == 1
 
 
+def test_an_interrupt_during_start_up_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the parser is built (its imports take a moment) is not a traceback."""
+
+    def interrupted() -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["criteria"]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "error: interrupted\n"
+
+
 def _closed_pipe() -> int:
     read_end, write_end = os.pipe()
     os.close(read_end)  # every write to write_end is EPIPE

@@ -73,7 +73,7 @@ def _pod_dir(root: Path, pod: Mapping[str, Any], instance: str) -> Path:
 
 
 def volume_dirs(
-    pod: Mapping[str, Any], container: Mapping[str, Any], root: Path, instance: str = ""
+    pod: Mapping[str, Any], container: Mapping[str, Any], root: Path, instance: str
 ) -> dict[str, Path] | StartFailure:
     """mountPath → local directory for each of the container's volume mounts."""
     meta, spec = pod["metadata"], pod["spec"]
@@ -132,7 +132,7 @@ def write_downward_api(pod: Mapping[str, Any], source: Mapping[str, Any], direct
         staged.replace(target)
 
 
-def refresh_downward_api(pod: Mapping[str, Any], root: Path, instance: str = "") -> None:
+def refresh_downward_api(pod: Mapping[str, Any], root: Path, instance: str) -> None:
     """The pod's downwardAPI volumes rewritten from its current metadata (a running pod's
     annotations changed)."""
     for volume in pod["spec"].get("volumes") or []:
@@ -156,8 +156,8 @@ def start(
     args: list[str],
     volume_root: Path,
     log_path: Path,
-    job_faults: tuple[str, ...] = (),
-    instance: str = "",
+    job_faults: tuple[str, ...],
+    instance: str,
 ) -> Process | StartFailure:
     """Start the container's command; `job_faults` (the fleet spec's `ckpt.*` faults) break the
     reference job the way its flags do."""

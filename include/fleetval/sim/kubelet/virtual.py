@@ -447,9 +447,8 @@ class VirtualKubelet:
         run = state.run
         assert run is not None
         if run.live is not None:
-            processes.refresh_downward_api(
-                pod, self.volume_root or processes.default_volume_root(self.spec.name)
-            )
+            root = self.volume_root or processes.default_volume_root(self.spec.name)
+            processes.refresh_downward_api(pod, root, self.instance)
             self._pump(run, now)
         deadline = pod["spec"].get("activeDeadlineSeconds")
         if deadline and now >= run.started + float(deadline) and now < run.ends:
