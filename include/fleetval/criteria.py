@@ -160,7 +160,8 @@ CRITERIA: Final[tuple[Criterion, ...]] = (
 )
 
 # What judges each criterion today (DAG, and the judge that emits the verdict); a criterion not
-# listed is specified here but not yet checked.
+# listed is specified here but not yet checked. tests/fleetval/test_criteria.py holds this to the
+# code: an id a judge or scenario emits is listed, a listed id is emitted somewhere.
 IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-OP-01": "gpu_operator_validation: operand pods per GPU node (gpu_operator.judge)",
     "D-OP-02": "gpu_operator_validation: advertised GPUs or MIG devices vs GFD (gpu_operator.advertised)",
@@ -179,6 +180,10 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (nccl.judge)",
     "D-NET-NCCL-04": "post_upgrade_nccl_sweep: CV over three repeats (nccl.judge)",
+    "D-NET-NCCL-TRANSPORT": (
+        "post_upgrade_nccl_sweep and rack_onboarding: the transport NCCL logged vs the profile's fabric "
+        "(nccl.judge)"
+    ),
     "F-SAFE-01": "every DAG that acts on nodes: the blast-radius action budget (remediation)",
     "D-SCHED-01": "kueue_contention: d-sched-01-02-quota, x-02-strict-fifo, x-07-two-flavors (kueue.judge)",
     "D-SCHED-02": "kueue_contention: d-sched-01-02-quota (admission latency), x-01-priority-order",
