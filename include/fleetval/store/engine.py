@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,15 @@ class StoreUrlError(FleetvalError):
     kind, a driver that is not installed, an SQLite file in a folder that does not exist."""
 
 
+class StoreMissing(FleetvalError):
+    """The PostgreSQL server answered, but the database the URL names does not exist on it: a
+    retry cannot help, creating it can."""
+
+
+# libpq's wording (its connection errors carry no SQLSTATE for psycopg to read).
+_NO_SUCH_DATABASE: Final = re.compile(r'database "(?P<name>[^"]*)" does not exist')
+
+
 def _is_outage(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
@@ -50,6 +60,13 @@ def outage_as_error() -> Iterator[None]:
         if not _is_outage(exc):
             raise
         reason = str(exc.orig or exc).strip().splitlines()
+        if missing := _NO_SUCH_DATABASE.search(" ".join(reason)):
+            name = missing["name"]
+            raise StoreMissing(
+                f'the database "{name}" does not exist on that PostgreSQL server: create it '
+                f"(`createdb {name}`, or CREATE DATABASE as a role allowed to), then "
+                "`fleetval db upgrade --db URL` creates fleetval's tables in it"
+            ) from None
         raise StoreUnavailable(
             "the fleetval store is unreachable: " + (reason[0] if reason else type(exc).__name__)
         ) from None
