@@ -272,7 +272,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("parse-deep-json", ["parse", "dcgm", "{tmp}/deep.txt"], FAILED, ""),  # the parser's own words
     # --- the store ----------------------------------------------------------------------------
     ("db-unreachable", ["db", "upgrade", "--db", "{pg_down}"], FAILED, "the fleetval store is unreachable"),
-    ("db-no-such-database", ["verdicts", "--db", "{pg_no_db}"], FAILED, "does not exist on that PostgreSQL server"),
+    ("db-no-such-database", ["verdicts", "--db", "{pg_no_db}"], FAILED, "does not exist on that"),
     ("db-upgrade-no-such-database", ["db", "upgrade", "--db", "{pg_no_db}"], FAILED, "create it (`createdb "),
     ("db-not-a-database", ["db", "upgrade", "--db", "sqlite:///{tmp}/notes.txt"], FAILED, "not a database"),
     ("db-newer-revision", ["db", "upgrade", "--db", "{newer}"], FAILED, "cannot upgrade the store: "),
