@@ -25,10 +25,20 @@ from tests.paths import FIXTURES, ROOT
 ENV = {
     "AIRFLOW_JWT_SECRET": "0123456789abcdef0123456789abcdef",
     "AIRFLOW_ADMIN_PASSWORD": "s3cret",
+    "AIRFLOW_FERNET_KEY": "x1Qz3cBv9-_8Ywz8Dgk0Tq3Jc3nqJYw6r1nPq3m2Q0s=",
+    "AIRFLOW_DB_PASSWORD": "5f1d0c9e2a7b4c3d8e6f",
+    "FLEETVAL_DB_PASSWORD": "0a9b8c7d6e5f4a3b2c1d",
     "FLEETVAL_KUBE_SERVER": "https://10.0.0.1:6443",
     "FLEETVAL_KUBE_TOKEN": "eyJhbGciOiJSUzI1NiJ9.test-token",
     "FLEETVAL_KUBE_CA_DATA": "",
 }
+SECRETS = (
+    "AIRFLOW_JWT_SECRET",
+    "AIRFLOW_ADMIN_PASSWORD",
+    "AIRFLOW_FERNET_KEY",
+    "AIRFLOW_DB_PASSWORD",
+    "FLEETVAL_DB_PASSWORD",
+)
 AIRFLOW_SERVICES = (
     "airflow-apiserver",
     "airflow-scheduler",
@@ -131,15 +141,27 @@ def test_docker_compose_config_reads_the_files_as_this_test_does(spec: dict[str,
         "docker-compose.yaml", "docker-compose.kubeconfig.yaml", env={**ENV, "KUBECONFIG_DIR": "/k"}
     )
     assert with_kubeconfig.returncode == 0, with_kubeconfig.stderr
-    for name in ("AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"):
+    for name in SECRETS:
         missing = _docker_compose("docker-compose.yaml", env={k: v for k, v in ENV.items() if k != name})
         assert missing.returncode != 0 and f"set {name}" in missing.stderr, name
 
 
 def test_compose_refuses_to_start_without_its_secrets() -> None:
-    for name in ("AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"):
+    for name in SECRETS:
         with pytest.raises(MissingVariable, match=name):
             compose("docker-compose.yaml", env={k: v for k, v in ENV.items() if k != name})
+
+
+def test_no_password_or_key_is_built_in(spec: dict[str, Any]) -> None:
+    """Every secret in the running configuration is one the environment gave."""
+    text = json.dumps(spec)
+    for name in SECRETS:
+        assert ENV[name] in text, name
+    for built_in in (":airflow@", ":fleetval@", "PASSWORD 'fleetval'"):
+        assert built_in not in text and built_in not in (ROOT / "docker-compose.yaml").read_text()
+    init = (ROOT / "deploy" / "postgres-init.sh").read_text()
+    assert "$FLEETVAL_DB_PASSWORD" in init and ":'password'" in init  # psql quotes it
+    assert spec["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == ENV["AIRFLOW_DB_PASSWORD"]
 
 
 def test_every_airflow_component_is_built_from_the_image_restarts_and_is_health_checked(
