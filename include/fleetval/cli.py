@@ -432,6 +432,7 @@ def _sim_dag(
             args.db,
             server.write_kubeconfig(home / "kubeconfig"),
             deferrable_probes=args.time_scale >= DEFER_MIN_TIME_SCALE,
+            remove_home_if_orphaned=True,
         )
         try:
             airflow.start()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fleetval.errors import FleetvalError
+from fleetval.sim import reaper
 
 ADMIN: Final = "admin"
 VIEWER: Final = "viewer"
@@ -98,7 +99,10 @@ class LocalAirflow:
     )
     extra_env: dict[str, str] = field(default_factory=dict)
     _env: dict[str, str] = field(default_factory=dict)
+    # The caller's temporary home: removed by the reaper too if the caller is killed (SIGKILL).
+    remove_home_if_orphaned: bool = False
     _proc: subprocess.Popen[bytes] | None = None
+    _reaper: subprocess.Popen[bytes] | None = None
     _tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -181,6 +185,8 @@ class LocalAirflow:
             stderr=log,
             start_new_session=True,
         )
+        # Its own session keeps a terminal's Ctrl-C for us to handle; the reaper ends it if we die.
+        self._reaper = reaper.spawn(self._proc.pid, self.home if self.remove_home_if_orphaned else None)
         self.wait_for("the Airflow api-server and scheduler", self._healthy, timeout_s)
         return self
 
@@ -194,6 +200,10 @@ class LocalAirflow:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc = None
+        if self._reaper is not None:
+            self._reaper.terminate()
+            self._reaper.wait()
+            self._reaper = None
 
     def __enter__(self) -> LocalAirflow:
         return self.start()
