@@ -13,7 +13,8 @@ The rules (the table module states them with their sources):
 1. Each event is looked up by its root cause: an Xid 45 `caused by previous Xid N` is judged as
    Xid N (only 45: `REROOTED_XIDS`, as NVIDIA's catalog and driver have it); an Xid 154 by the
    recovery action its line names (text it cannot read names no known action: inconclusive); an
-   unreadable line by `xid.unreadable`.
+   unreadable line by `xid.unreadable`. Where the parser hit a bound (a line of too many records,
+   a log of too many events) its unreadable event says what was not read: the decision quotes it.
 2. Events are grouped per GPU (UUID when any line names it, else node/PCI) and rule; a group is
    one decision per `dedup_window_s`, so a storm of hundreds of lines is one decision.
 3. Repeat rules count bursts (lines closer than `burst_gap_s` are one burst) on one GPU; the
@@ -42,7 +43,7 @@ from typing import Any
 
 from fleetval.errors import ParseError
 from fleetval.records import Result, Verdict
-from fleetval.xid.parser import XidEvent
+from fleetval.xid.parser import NOT_READ, XidEvent
 from fleetval.xid.table import XID_TABLE, NodeAction, RepeatRule, XidClass, XidRule, XidTable
 
 CRITERION = "D-DEV-06"
@@ -424,6 +425,7 @@ def judge_xid(
             what = f"Xid {judged_xid}" if judged_xid is not None else "unreadable Xid line"
             rerooted = any(_rerooted(events[i], table) for i in window)
             via = f" (logged as caused by previous Xid {judged_xid})" if rerooted else ""
+            not_read = _not_read(events, window) if judged_xid is None else ""
             decisions.append(
                 _decision(
                     window,
@@ -437,7 +439,7 @@ def judge_xid(
                     node_action=rule.node_action,
                     result=_result(rule, table),
                     reason=f"{what}{via} ×{len(window)}: {rule.xid_class.value} → {rule.resolution}, "
-                    f"node {rule.node_action.value} ({rule.rule_id})",
+                    f"node {rule.node_action.value} ({rule.rule_id}){not_read}",
                 )
             )
 
@@ -498,6 +500,14 @@ def judge_xid(
         for i, e in enumerate(events)
     )
     return _node_judgement(node, table, event_decisions, tuple(decisions), len(events))
+
+
+def _not_read(events: Sequence[XidEvent], window: list[int]) -> str:
+    """The note of a parser bound hit inside the window ("; not read: ..."), else "" (no bound)."""
+    notes = [
+        events[i].message for i in window if events[i].xid is None and events[i].message.startswith(NOT_READ)
+    ]
+    return f"; {notes[0]}" if notes else ""
 
 
 def _unreadable_log(error: ParseError, node: str, table: XidTable) -> XidJudgement:

@@ -31,14 +31,24 @@ with no readable kernel-log line at all is an error, never "no Xid events". Deci
   readable Xids around it. Unreadable: an `NVRM: Xid` record that does not parse; an Xid number
   not followed by its delimiter `,` (a line cut inside the number, `145` → `14`), out of ASCII
   digits, or longer than 9 digits; a caused-by number not followed by a space or the line's end,
-  or at the end of a last line that has no line end (it may be cut); a record whose `NVRM:` tag or
-  `Xid` keyword is damaged but whose shape remains (`Xid (`, `(PCI:dddd:bb:dd...):`, `): N,`); a
-  device-plugin `XidCriticalError:` / `Xid=` line that does not parse; an `NVRM` line with a
-  damaged fell-off-the-bus wording; a "The NVIDIA GPU <pci>" message that does not end in
-  "fallen off the bus" (cut, interrupted, or another GPU problem such as "not supported"); and the
-  last line when the input does not end with a line end and that line yields nothing clean.
+  or at the end of a last line that has no line end (it may be cut); an Xid 45 whose suffix may be
+  damaged or cut (below); a record whose `NVRM:` tag or `Xid` keyword is damaged but whose shape
+  remains (`Xid (`, `(PCI:dddd:bb:dd...):`, `): N,`); a device-plugin `XidCriticalError:` /
+  `Xid=` line that does not parse; an `NVRM` line with a damaged fell-off-the-bus wording; a
+  "The NVIDIA GPU <pci>" message that does not end in "fallen off the bus" (cut, interrupted, or
+  another GPU problem such as "not supported"); and the last line when the input does not end
+  with a line end and that line yields nothing clean.
+- An Xid 45 is judged by its root cause, so a 45 whose " caused by previous Xid N" may be lost
+  is unreadable, never a plain 45 (a cordon read as a warn): a word of the suffix left without
+  the whole suffix (one changed byte keeps "caused" or "previous"), a message that ends inside
+  it (`... Ch 0000000a caus`), nothing after the comma of its number or of its pid and name (the
+  driver always names the channel), or a last line without a line end (the suffix may be cut).
 - A line may hold several records (`NVRM: NVRM: Xid ...`, two records joined by a lost line end):
   each `NVRM:` starts one; a later record's time is the stamp just before its tag, else the line's.
+- Bounded cost (linear in the input): at most `_MAX_RECORDS_PER_LINE` records are read from one
+  line and `_MAX_EVENTS_PER_LOG` events from one input. Past a bound one unreadable event, its
+  message starting with `NOT_READ`, says what was not read (the judge is inconclusive and quotes
+  it), and the rest of the line, or of the input, is not read.
 - Lines end at LF, CR LF or a lone CR (an old Mac or a mangled copy: still one record a line).
 - `parse_xid` raises `ParseError` when the input holds no readable kernel-log line (a known time
   stamp, `NVRM:` or `kernel:` at the start, then words) and no Xid trace: empty, binary or garbage
@@ -62,7 +72,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -198,6 +209,23 @@ _INERT_BODIES: Final = 4096
 
 # A multi-line "fallen off the bus" message is at most this many lines from its first line.
 _MAX_CONTINUATION_LINES: Final = 4
+
+# A real kernel-log line carries one "NVRM:" tag; a lost line end joins two or three records. A
+# line of 100k tags (1 MiB of "NVRM: Xid ") must not cost 100k records and events.
+_MAX_RECORDS_PER_LINE: Final = 16
+# A failing node logs at most thousands of Xid events (a storm of 13s or 45s included): ten times
+# that still leaves the judge and the store a bounded amount of work for any log.
+_MAX_EVENTS_PER_LOG: Final = 20_000
+# The start of the message of the event that says a bound was hit (the judge quotes it).
+NOT_READ: Final = "not read: "
+
+# Xid 45 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL) is the only Xid the driver appends " caused by
+# previous Xid N" to, and is judged by that root: a 45 whose suffix may be lost is unreadable.
+_CAUSE_PRINTED_FOR: Final = 45
+# What one changed or lost byte leaves of the suffix: at least one of its words...
+_CAUSED_BY_TRACE = re.compile(r"caused|previous|\bXid\b", _A)
+# ... or, cut before the end of "caused", the start of that word at the end of the message.
+_CAUSED_BY_CUT = re.compile(r"(?:^|\s)(?:c|ca|cau|caus|cause)\Z", _A)
 
 
 def _wanted(line: str) -> bool:
@@ -427,19 +455,27 @@ class _LineParser:
     """Stateful: PCI → UUID map per host and the multi-line fell-off-the-bus message.
 
     `traces` counts the events that came from Xid evidence (everything but the fallback for a
-    last line without a line end): with no trace and no readable line the input is no log."""
+    last line without a line end): with no trace and no readable line the input is no log.
+    `full`: `_MAX_EVENTS_PER_LOG` events were handed out and the last one said so; the caller
+    stops reading (every later call returns nothing)."""
 
     def __init__(self) -> None:
         self.uuids: dict[tuple[str | None, str], str] = {}
         self.traces = 0
+        self.full = False
+        self._handed_out = 0
         self._pending: _Pending | None = None
         # Bodies that yielded nothing and changed nothing (driver chatter): a log repeats them.
         self._inert: set[str] = set()
 
     def feed(self, line_no: int, line: str, *, cut: bool = False) -> list[XidEvent]:
         """The events of one line. `cut`: the input's last line, with no line end after it."""
+        if self.full:
+            return []
         events = self._expire_pending(line_no)
-        tags = _tag_positions(line)
+        # One more than are read: where the records that are not read begin.
+        tags = _tag_positions(line, _MAX_RECORDS_PER_LINE + 1)
+        not_read_at = tags.pop() if len(tags) > _MAX_RECORDS_PER_LINE else None
         own: list[XidEvent] = []  # the events of this line's records
         if not tags:
             event = self._untagged(line_no, line)
@@ -448,15 +484,28 @@ class _LineParser:
             # Stamps are read only for records that become events (or name a UUID): most NVRM
             # lines are driver chatter, and the prefix's regexes were their largest cost.
             first = _LazyStamp(line[: tags[0]])
+            line_end = len(line) if not_read_at is None else not_read_at
             for k, at in enumerate(tags):
-                end = tags[k + 1] if k + 1 < len(tags) else len(line)
+                end = tags[k + 1] if k + 1 < len(tags) else line_end
                 body = line[at + len(_TAG) : end].strip()
                 if not body:
                     continue
                 stamp = first
                 if k:  # a joined record: its own stamp ends the previous record's text
                     stamp = _LazyStamp(line[tags[k - 1] + len(_TAG) : at].lstrip(), first)
-                own += self._body(line_no, body, stamp, line_ends=not (cut and k + 1 == len(tags)))
+                last = k + 1 == len(tags) and not_read_at is None
+                own += self._body(line_no, body, stamp, line_ends=not (cut and last))
+            if not_read_at is not None and line[not_read_at:].replace(_TAG, "").strip():
+                # Untimed: a time could make it stale, and what was not read may be recent.
+                own.append(
+                    self._unreadable(
+                        line_no,
+                        None,
+                        _Stamp(host=first.get().host),
+                        f"{NOT_READ}more than {_MAX_RECORDS_PER_LINE} records on one line, "
+                        f"its last {len(line) - not_read_at} characters",
+                    )
+                )
             if not own and (event := self._untagged(line_no, line)) is not None:
                 own = [event]  # a record joined to a tagged line, its own tag damaged
         events += own
@@ -465,13 +514,34 @@ class _LineParser:
         if cut and not own and line.strip() and (pending is None or pending.last_line_no != line_no):
             # The input stops inside this line: what it held, and what followed, cannot be told.
             events.append(self._unreadable(line_no, None, _Stamp(), f"cut line (no line end): {line[:200]}"))
-        return events
+        return self._bounded(events)
 
     def finish(self) -> list[XidEvent]:
         """At the end of the input: an unfinished "The NVIDIA GPU" message is unreadable."""
+        if self.full:
+            return []
         events = self._flush_unfinished()
         self.traces += len(events)
-        return events
+        return self._bounded(events)
+
+    def _bounded(self, events: list[XidEvent]) -> list[XidEvent]:
+        """`events` while fewer than `_MAX_EVENTS_PER_LOG` were handed out; then the ones that fit
+        and one unreadable event that says the rest of the input was not read."""
+        room = _MAX_EVENTS_PER_LOG - self._handed_out
+        if len(events) <= room:
+            self._handed_out += len(events)
+            return events
+        self.full = True
+        self._handed_out = _MAX_EVENTS_PER_LOG + 1
+        first_not_read = events[room]
+        note = self._unreadable(
+            first_not_read.line_no,
+            None,
+            _Stamp(host=first_not_read.host),  # untimed, as the per-line note
+            f"{NOT_READ}more than {_MAX_EVENTS_PER_LOG} Xid events in one log, "
+            f"the rest of it from line {first_not_read.line_no}",
+        )
+        return [*events[:room], note]
 
     def _body(self, line_no: int, body: str, lazy: _LazyStamp, *, line_ends: bool) -> list[XidEvent]:
         """The events of one record: the text after an "NVRM:" tag, up to the next one."""
@@ -506,14 +576,15 @@ class _LineParser:
         self._inert.add(body)
         return []
 
-    def stray(self, line_no: int, line: str) -> XidEvent | None:
+    def stray(self, line_no: int, line: str) -> list[XidEvent]:
         """A line without the scan's markers that still shows what is left of a record whose tag
         and keyword were both damaged: its attribution, a device-plugin shape, a fell-off wording."""
         trace = _RECORD_TRACE.search(line) or _PLUGIN_TRACE.search(line) or _STRAY_FELL_OFF.search(line)
-        if trace is None:
-            return None
+        if trace is None or self.full:
+            return []
         self.traces += 1
-        return self._unreadable(line_no, _pci_in(line), _parse_prefix(line[: trace.start()]), line.strip())
+        stamp = _parse_prefix(line[: trace.start()])
+        return self._bounded([self._unreadable(line_no, _pci_in(line), stamp, line.strip())])
 
     def _untagged(self, line_no: int, line: str) -> XidEvent | None:
         """What the "NVRM:" records of a line did not explain: a device-plugin line, or a record
@@ -605,6 +676,8 @@ class _LineParser:
                 # The root decides how a 45 is judged: a damaged or possibly cut number is no root.
                 return self._unreadable(line_no, pci, stamp, body)
             caused_by = int(root["root"])
+        elif int(m["xid"]) == _CAUSE_PRINTED_FOR and _cause_may_be_lost(message, line_ends=line_ends):
+            return self._unreadable(line_no, pci, stamp, body)  # judged without its root: no 45
         recovery_action: str | None = None
         if "recovery action changed" in message and (recovery := _RECOVERY.search(message)):
             to = _RECOVERY_TO.match(recovery["tail"])
@@ -657,13 +730,27 @@ class _LineParser:
         )
 
 
-def _tag_positions(line: str) -> list[int]:
-    out = []
+def _tag_positions(line: str, limit: int) -> list[int]:
+    """Where the first `limit` "NVRM:" tags of `line` start."""
+    out: list[int] = []
     at = line.find(_TAG)
-    while at >= 0:
+    while at >= 0 and len(out) < limit:
         out.append(at)
         at = line.find(_TAG, at + len(_TAG))
     return out
+
+
+def _cause_may_be_lost(message: str, *, line_ends: bool) -> bool:
+    """Whether an Xid 45 without a readable " caused by previous Xid N" may have had one: its line
+    may be cut (no line end, or nothing after the comma: the driver always names the channel), or
+    what is left of the suffix shows (a word of it, or its first letters at the end)."""
+    text = message.strip()
+    return (
+        not line_ends
+        or not text
+        or _CAUSED_BY_TRACE.search(text) is not None
+        or _CAUSED_BY_CUT.search(text) is not None
+    )
 
 
 def _pci_in(text: str) -> str | None:
@@ -694,8 +781,10 @@ def parse_xid(text: str, *, every_line: bool = True) -> tuple[XidEvent, ...]:
         readable = readable or _readable(line)
         if cut or _wanted(line):
             events += parser.feed(line_no, line, cut=cut)
-        elif every_line and (stray := parser.stray(line_no, line)) is not None:
-            events.append(stray)
+        elif every_line:
+            events += parser.stray(line_no, line)
+        if parser.full:
+            break  # the events' bound: the last event says the rest was not read
     events += parser.finish()
     if not readable and not parser.traces:
         raise _no_log(text)
@@ -733,11 +822,15 @@ def _spans(buf: bytes | bytearray, stop: int) -> tuple[list[tuple[int, int, int]
         if _B_KEYS.search(buf, at, line_end) is not None:  # a few tests per line holding "NVRM"
             spans[buf.rfind(b"\n", 0, at) + 1] = line_end
     # Rare outside the NVRM lines above: a device-plugin log, a record whose tag is damaged.
+    # Each line is looked up once, at its first "Xid": a search back to the line's start from
+    # every "Xid" made a line of them quadratic.
+    line_end = -1
     for at in xid_at.tolist():
-        start = buf.rfind(b"\n", 0, at) + 1
-        if start not in spans:
-            eol = find(b"\n", at, stop)
-            spans[start] = stop if eol < 0 else eol
+        if at < line_end:
+            continue
+        eol = find(b"\n", at, stop)
+        line_end = stop if eol < 0 else eol
+        spans.setdefault(buf.rfind(b"\n", 0, at) + 1, line_end)
     out: list[tuple[int, int, int]] = []
     lines = 0
     pos = 0
@@ -780,7 +873,7 @@ class _Scan:
 
 def _candidate_lines(
     path: str | os.PathLike[str], chunk_size: int, scan: _Scan
-) -> Iterator[tuple[int, str, bool]]:
+) -> Generator[tuple[int, str, bool], None, None]:
     """(line number, line, cut) for the wanted lines, found over big chunks at once; the last
     line comes with cut=True, wanted or not, when the file does not end with a line end.
 
@@ -836,12 +929,15 @@ def scan_xid_file(path: str | os.PathLike[str], *, chunk_size: int = 1 << 20) ->
     parser = _LineParser()
     scan = _Scan()
     held: list[XidEvent] = []
-    for line_no, line, cut in _candidate_lines(path, chunk_size, scan):
-        events = parser.feed(line_no, line, cut=cut)
-        if cut:
-            held = events  # the last line: its fallback event waits for the verdict on the file
-        else:
-            yield from events
+    with closing(_candidate_lines(path, chunk_size, scan)) as lines:
+        for line_no, line, cut in lines:
+            events = parser.feed(line_no, line, cut=cut)
+            if cut:
+                held = events  # the last line: its fallback event waits for the verdict on the file
+            else:
+                yield from events
+            if parser.full:
+                break  # the events' bound: the last event says the rest was not read
     held += parser.finish()
     if not scan.readable and not parser.traces:
         with open(path, "rb") as f:
