@@ -19,13 +19,21 @@ parts are skipped. Decisions (no silent pass: a damaged part is an error, never 
   line is a tenth of that). JSON labels are exempt from the line limit (`jq -c` prints one line).
 - Tables are read by their columns' order, not their widths, after checking the header names the
   columns this parser expects (another layout is a ParseError, not a misread). Inside a table every
-  line is a border, a row or the profile's second line; any other `|` line is a damaged row. A
-  table ends at the first line outside it. A header without rows, a profile without its second
-  line (a table cut mid-row) and `Free` above `Total` are ParseErrors; a partial table cut after a
-  complete row yields the rows it holds.
-- A line that starts like a part's line (`GPU <n>:`, `(UUID:`, `MIG <p> Device`, `GPU <n> Profile`)
-  must parse as one; a MIG device line must follow its GPU line (another line between is a break),
-  and no GPU lists a MIG device index or UUID twice.
+  line is a border, a row or the profile's second line, and every row has one border under it;
+  anything else there is a damaged table (blank lines right under a row are a text cut there, and
+  nothing may follow them). A table ends only after a border, at a line that is no table line: one
+  that ends in a frame (`|`, `-+`) or holds a row (`| 0  MIG 1g…`) is a table line with bytes
+  before it, and an error. An `-lgip`/`-lgi` row outside any table (its title or a line above it
+  damaged) is an error too: damage never makes a table shorter. A header without rows, a profile
+  without its second line (a table cut mid-row) and `Free` above `Total` are ParseErrors; a partial
+  table cut after a complete row yields the rows it holds.
+- A line that starts like a part's line (`GPU <n>:`, `(UUID:`, `MIG <p> Device`) must parse as one;
+  so must a line with any of an `-lgipp` line's marks (`GPU … Profile`, `Profile ID`, `Placements:`,
+  or ending in a `{…}:<n>` set), so a line that lost its GPU index or had its words reordered is an
+  error, not a placement list one profile short. A MIG device line must follow its GPU line (another
+  line between is a break), and no GPU lists a MIG device index or UUID twice.
+- UUIDs are hex in the 8-4-4-4-12 form: `GPU-<uuid>`, and `MIG-<uuid>` (every fixture) or older
+  drivers' `MIG-GPU-<gpu uuid>/<gi>/<ci>`; anything else in `(UUID: …)` is a ParseError.
 - Numbers are ASCII digits of bounded length (`re.ASCII`; an Arabic-Indic "19" is no profile ID and
   `int()` never sees 5,000 digits).
 - Label values the records read must be what GFD writes: counts are ASCII digits, `capable` is
@@ -68,6 +76,9 @@ _LGIP_ROW: Final = re.compile(
     _A,
 )
 _LGIP_ROW2: Final = re.compile(rf"^\|\s+(?P<ce>{_N})\s+(?P<jpeg>{_N})\s+(?P<ofa>{_N})\s+\|$", _A)
+# What is left of a table line with bytes in front of it (or behind it): a frame at its end, or
+# the start of a `-lgip`/`-lgi` row (`|   0  MIG 1g.10gb`) anywhere in it.
+_TABLE_DEBRIS: Final = re.compile(r"(?:\||-\+)$|\|\s*\d{1,3}\s+MIG\s", _A)
 _LGI_ROW: Final = re.compile(
     rf"^\|\s+(?P<gpu>\d{{1,3}})\s+MIG\s+(?P<name>{_NAME})\s+(?P<id>{_N})\s+(?P<gi>{_N})"
     rf"\s+(?P<start>{_N}):(?P<size>{_N})\s+\|$",
@@ -78,15 +89,21 @@ _LGIPP: Final = re.compile(
     rf"\{{(?P<starts>[0-9,]{{0,512}})\}}:(?P<size>{_N})$",
     _A,
 )
-_LGIPP_START: Final = re.compile(r"^GPU\s+\S{1,16}\s+Profile\b", _A)
+# Any mark of an -lgipp line (its GPU and Profile words, `Profile ID`, `Placements:`, the placement
+# set that ends it): a line that lost or reordered words is still recognised, and refused.
+_LGIPP_LIKE: Final = re.compile(
+    r"^GPU.{0,64}\bProfile\b|\bProfile\s+ID\b|\bPlacements?\s*:|\{[0-9,\s]{0,512}\}\s*:\s*\d{1,9}$", _A
+)
+_HEX_UUID: Final = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 # The name ends at the first " (UUID: " (a lazy bounded name, then a literal: linear).
 _GPU_LINE: Final = re.compile(
-    r"^GPU\s+(?P<index>\d{1,3}):\s+(?P<name>\S.{0,199}?) \(UUID: ?(?P<uuid>GPU-[0-9A-Fa-f-]{36})\)$", _A
+    rf"^GPU\s+(?P<index>\d{{1,3}}):\s+(?P<name>\S.{{0,199}}?) \(UUID: ?(?P<uuid>GPU-{_HEX_UUID})\)$", _A
 )
 _GPU_LINE_START: Final = re.compile(r"^GPU\s+[^\s:]{1,16}:", _A)
-# Newer drivers print MIG-<uuid>, R450 printed MIG-GPU-<uuid>/<gi>/<ci>.
+# Newer drivers print MIG-<uuid>, R450 printed MIG-GPU-<gpu uuid>/<gi>/<ci>.
+_MIG_UUID: Final = rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/\d{{1,3}}/\d{{1,3}})"
 _MIG_LINE: Final = re.compile(
-    rf"^MIG\s+(?P<profile>{_NAME})\s+Device\s+(?P<index>\d{{1,3}}):\s+\(UUID:\s*(?P<uuid>MIG-[0-9A-Za-z/-]{{1,100}})\)$",
+    rf"^MIG\s+(?P<profile>{_NAME})\s+Device\s+(?P<index>\d{{1,3}}):\s+\(UUID:\s*(?P<uuid>{_MIG_UUID})\)$",
     _A,
 )
 _MIG_LINE_START: Final = re.compile(r"^MIG\s+\S{1,64}\s+Device\b", _A)
@@ -337,6 +354,8 @@ class _Table:
         self.in_rows = False
         self.rows = 0
         self.pending: re.Match[str] | None = None  # an -lgip profile's first line
+        self.at_border = False  # the last line was the header's rule or a border: the table may end
+        self.cut = False  # a blank line right under a row: the text ends there, or it is damaged
 
     def feed(self, line: str) -> bool:
         """Take one line; False when the line is past the table (the caller reads it)."""
@@ -346,23 +365,40 @@ class _Table:
                 if tuple(self.header) != expected:
                     raise _error(f"unknown -{self.kind} column layout", " / ".join(self.header))
                 self.in_rows = True
+                self.at_border = True
             elif line.startswith("|") and not _BORDER.match(line):
                 if words := _header_words(line):
                     self.header.append(words)
             else:
                 raise _error(f"-{self.kind} table header cut before its rows", line)
             return True
+        if self.cut:
+            if line:
+                raise _error(f"-{self.kind} table cut after a row, yet the text goes on", line)
+            return True
         if _BORDER.match(line):
             self._no_pending(line)
+            if self.at_border:  # every row has one border under it: a line between them was lost
+                raise _error(f"-{self.kind} table lost a row (a border right under another)", line)
+            self.at_border = True
             return True
-        if not line.startswith("|"):
-            self.end(line)
-            return False
-        if self.kind == "lgi":
-            self._lgi_row(line)
-        else:
-            self._lgip_row(line)
-        return True
+        if line.startswith("|"):
+            if self.kind == "lgi":
+                self._lgi_row(line)
+            else:
+                self._lgip_row(line)
+            self.at_border = False
+            return True
+        if _TABLE_DEBRIS.search(line):
+            raise _error(f"damaged -{self.kind} table line (bytes before or after it)", line)
+        if not self.at_border and self.pending is None:
+            # Under a complete row comes its border; a blank line there is where a cut text ends.
+            if line:
+                raise _error(f"-{self.kind} row not followed by its border", line)
+            self.cut = True
+            return True
+        self.end(line)
+        return False
 
     def _no_pending(self, line: str) -> None:
         if self.pending is not None:
@@ -456,7 +492,10 @@ def _scan(text: str) -> _Found:
             table = _Table(kind, found)
             found.seen.add(kind)
             devices = None
-        elif _LGIPP_START.match(line):
+        elif _LGIP_ROW.match(line) or _LGI_ROW.match(line):
+            # Its table ended early or lost its title: reading on would return fewer rows.
+            raise _error("-lgip/-lgi row outside its table (a line above it is damaged)", line)
+        elif _LGIPP_LIKE.search(line):
             found.lgipp.append(_placements(line))
             found.seen.add("lgipp")
             devices = None

@@ -22,7 +22,13 @@ narrower and wider ones between) parse the same. Decisions (no silent pass):
 - Input over 4 Mi characters, or a line over 4096, is a ParseError.
 - Inside a table every `|` line is a border, a header line, or a row of that table; a row that
   does not read is a ParseError, never skipped. A GPU row must come with its second line, a MIG
-  device row with its BAR1 line (a table cut mid-row is a ParseError).
+  device row with its BAR1 line (a table cut mid-row is a ParseError), and a row is followed by
+  its border (Processes: by another row or the closing border). A table ends only after a border:
+  any other line inside it is an error, and a line that still holds a frame or cells (`…|`,
+  `…-+`, `|…|`) is a table line with bytes before it, never the table's end; blank lines right
+  under a row are a text cut there, and nothing may follow them. A table without rows is an error
+  (an empty Processes table says "No running processes found"), and so is a row outside any table
+  (its title or header damaged): damage never makes a table shorter, nor makes it vanish.
 - A process row is GPU, GI, CI, PID, Type, name, memory: GI/CI are numbers or `N/A`, the name
   may hold spaces, memory is `<n>MiB` or `N/A`.
 - Text with none of the three tables is a ParseError; text may hold other lines around them
@@ -60,6 +66,9 @@ _NO_PROCESSES: Final = re.compile(r"^\|\s*No running processes found\s*\|$", _A)
 _ID_OR_NA: Final = re.compile(r"^(\d{1,3}|N/A)$", _A)
 _PID: Final = re.compile(r"^\d{1,10}$", _A)
 _PROC_MEM: Final = re.compile(r"^(\d{1,9})MiB$|^N/A$", _A)
+_PROCESS_START: Final = re.compile(r"^\s*\d{1,3}\s+(?:\d{1,3}|N/A)\s+(?:\d{1,3}|N/A)\s+\d{1,10}\s+[CGM]", _A)
+# What is left of a table line with bytes in front of it: its frame at the end, or its cells.
+_TABLE_DEBRIS: Final = re.compile(r"(?:\||-\+)$|\|.*\|", _A)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,27 +194,44 @@ class _State:
 
 
 class _Table:
-    """One table, fed line by line from its first line on (lines it cannot take end it)."""
+    """One table, fed line by line from its first line on (after a border, a non-table line ends it)."""
 
     def __init__(self, kind: str, state: _State) -> None:
         self.kind = kind
         self.state = state
         self.in_rows = False
+        self.rows = 0  # row lines read ("No running processes found" is one)
         self.pending: list[str] = []  # the first line(s) of a GPU or MIG device row
+        self.at_border = False  # the last line was the header's `===` line or a border
+        self.cut = False  # a blank line right under a row: the text ends there, or it is damaged
         self.done = False  # the Processes table ends at its closing border
         state.tables.add(kind)
 
     def feed(self, line: str) -> bool:
         if self.done:
             return False
+        if self.cut:
+            if line:
+                raise _error(f"{self.kind} table cut after a row, yet the text goes on", line)
+            return True
         if not line.startswith("|") and not line.startswith("+"):
+            if self.in_rows and _TABLE_DEBRIS.search(line):
+                raise _error(f"a damaged {self.kind} table line (bytes before it)", line)
+            if self.in_rows and not self.at_border and not self.pending:
+                # Under a row comes its border or (Processes) another row; a blank line is a cut.
+                if line:
+                    raise _error(f"a line inside the {self.kind} table that is no row nor border", line)
+                self.cut = True
+                return True
             self.end(line)
             return False
         if not self.in_rows:
             if _HEAVY.match(line):
                 self.in_rows = True
+                self.at_border = True
             return True  # header lines, the title's borders
-        if _BORDER.match(line):
+        self.at_border = _BORDER.match(line) is not None
+        if self.at_border:
             if self.kind == "processes":
                 self.end(line)
                 self.done = True
@@ -214,6 +240,7 @@ class _Table:
             return True
         if not line.endswith("|"):
             raise _error(f"a {self.kind} table line without its closing bar", line)
+        self.rows += 1
         if self.kind == "processes":
             self._process(line)
         elif self.kind == "gpus":
@@ -223,7 +250,7 @@ class _Table:
         return True
 
     def end(self, line: str = "") -> None:
-        if not self.in_rows:
+        if not self.in_rows or self.rows == 0:
             raise _error(f"{self.kind} table cut before its rows", line)
         self._row_done(line)
         self.in_rows = False
@@ -315,6 +342,18 @@ class _Table:
         )
 
 
+def _is_row(line: str) -> bool:
+    """A row of the GPU, MIG devices or Processes table (outside them: its title or header lost)."""
+    if not (line.startswith("|") and line.endswith("|")):
+        return False
+    cells = _cells(line)
+    return bool(
+        (len(cells) >= 3 and _GPU_ROW.match(cells[0]))
+        or (len(cells) >= 4 and _MIG_IDS.match(cells[0]))
+        or (len(cells) == 1 and (_PROCESS_START.match(cells[0]) or _NO_PROCESSES.match(line)))
+    )
+
+
 def parse_smi(text: str) -> SmiReport:
     """The GPUs, MIG devices and processes `nvidia-smi` printed (see the module doc)."""
     if not isinstance(text, str):
@@ -343,6 +382,8 @@ def parse_smi(text: str) -> SmiReport:
             table = _Table("processes", state)
         elif line.startswith("|") and _BORDER.match(previous) and "MIG devices" in line:
             raise _error("unreadable MIG devices title", line)
+        elif _is_row(line):
+            raise _error("a GPU, MIG device or process row outside its table (its title damaged)", line)
         previous = line
     if table is not None and not table.done:
         table.end()
