@@ -31,6 +31,14 @@ evidence (a row, a header, a footer, a transport line) but could not be read is 
 silently: it is listed in `unreadable` for the judges. Every pattern runs in time linear in the
 line (no pattern can restart inside a long token), and a line longer than any tool prints is not
 read at all (`MAX_LINE_CHARS`).
+
+What was read is also held to nccl-tests' own arithmetic, and a disagreement is listed in
+`unreadable` too (the row stays in `rows` as printed): every row's size is count × sizeof(type)
+(× nranks for the collectives that print a per-rank count), its algbw is size / time and its
+busbw algbw × the collective's factor, each within half a unit in the last printed place
+(`_row_disagreement`; an unknown collective or rank count allows any); the unit row is exactly
+`UNITS` and a table under a column header has one; the header's `nThread × nGpus` ranks per
+process fit the device lines and their pids (`_process_problem`).
 """
 
 from __future__ import annotations
@@ -188,9 +196,11 @@ class NcclError:
 
 @dataclass(frozen=True, slots=True)
 class NcclUnreadable:
-    """Something that looked like evidence but could not be read. `kind` says which judges it
-    concerns: row, header, footer (the table: busbw and errors), transport, or line (a line too
-    long or mangled to classify: it may have been anything)."""
+    """Something that looked like evidence but could not be read, or was read and is not what
+    nccl-tests prints (a row whose numbers disagree, a unit row in other units, an nGpus the device
+    lines contradict). `kind` says which judges it concerns: row, header, footer (the table: busbw
+    and errors), transport, or line (a line too long or mangled to classify: it may have been
+    anything)."""
 
     kind: str
     reason: str
@@ -376,7 +386,7 @@ _PARAM_KV = re.compile(r"(warmup iters|agg iters|iters|validation|graph|unalign)
 _REDUCED_MAX = re.compile(r"Reducing maxBytes to (\d{1,20}) due to memory limitation", _A)
 _RANK_START = re.compile(r"[ \t]*#?[ \t]*Rank[ \t]", _A)
 _RANK_LINE = re.compile(
-    r"[ \t]*#?[ \t]*Rank[ \t]+(\d{1,6})[ \t]+(?:Group[ \t]+\d{1,6}[ \t]+)?Pid[ \t]+\d{1,10}[ \t]+on[ \t]+"
+    r"[ \t]*#?[ \t]*Rank[ \t]+(\d{1,6})[ \t]+(?:Group[ \t]+\d{1,6}[ \t]+)?Pid[ \t]+(\d{1,10})[ \t]+on[ \t]+"
     r"(\S{1,255})[ \t]+device[ \t]+(\d{1,6})[ \t]+\[([^\]]{0,64})\][ \t]*(.*)$",
     _A,
 )
@@ -431,6 +441,14 @@ _AVG = re.compile(
 )
 _SIZE_HEADER_WORDS = frozenset({"size", "count", "type", "algbw", "busbw"})
 _COLUMN_WORDS = frozenset({"algbw", "busbw", "#wrong"})
+#: The unit row under the column header, the same in every nccl-tests version whose columns the
+#: parser reads (src/common.cu `print_header` from 2019, src/util.cu `writeResultHeader` to 2.19;
+#: the fixtures' five tables): bytes, elements, then µs and GB/s out-of-place and in-place.
+UNITS: Final = ("(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)")
+_UNIT_TOKEN = re.compile(r"\([^\s()]{1,32}\)", _A)
+#: Parenthesised tokens that make a line the unit row: the real one has 8; two is enough to know a
+#: damaged one, and no other line nccl-tests prints has any.
+_UNIT_ROW_MIN_TOKENS: Final = 2
 
 _UINT = re.compile(r"\d{1,20}", _A)
 _INT = re.compile(r"-?\d{1,9}", _A)
@@ -603,6 +621,153 @@ def _read_row(tokens: list[str], layout: _Layout | None) -> tuple[NcclRow | None
     )
 
 
+# --- a row's numbers against each other ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Arithmetic:
+    """How nccl-tests derives one collective's row (src/<coll>.cu `*GetCollByteCount`, `*GetBw`;
+    src/common.cu prints size = max(send, recv) bytes and count = the count passed to NCCL).
+
+    `per_rank_count`: size = count × nranks × sizeof(type), else count × sizeof(type). `share`:
+    algbw = size × share / time. `factor`: busbw = algbw × factor. share and factor are "1",
+    "(n-1)/n" or "2(n-1)/n" of the rank count n.
+    """
+
+    per_rank_count: bool
+    share: str
+    factor: str
+
+
+_ARITHMETIC: Final[dict[str, _Arithmetic]] = {
+    "all_reduce": _Arithmetic(False, "1", "2(n-1)/n"),
+    "reduce_scatter": _Arithmetic(True, "1", "(n-1)/n"),
+    "all_gather": _Arithmetic(True, "1", "(n-1)/n"),
+    "alltoall": _Arithmetic(True, "1", "(n-1)/n"),
+    "gather": _Arithmetic(True, "1", "(n-1)/n"),
+    "scatter": _Arithmetic(True, "1", "(n-1)/n"),
+    "broadcast": _Arithmetic(False, "1", "1"),
+    "reduce": _Arithmetic(False, "1", "1"),
+    "sendrecv": _Arithmetic(False, "1", "1"),
+    "hypercube": _Arithmetic(True, "(n-1)/n", "1"),  # algbw counts the n-1 peers' parts of size
+}
+# all_gather and reduce_scatter before nccl-tests commit ec1b5e2 (June 2020; the `error` column
+# gave way to `#wrong` only in 2022): algbw counted the (n-1)/n of size a rank receives, busbw = algbw.
+_LEGACY_ARITHMETIC: Final[dict[str, _Arithmetic]] = {
+    "all_gather": _Arithmetic(True, "(n-1)/n", "1"),
+    "reduce_scatter": _Arithmetic(True, "(n-1)/n", "1"),
+}
+#: Relative slack on the arithmetic, for float rounding only: the tolerance proper is half a unit
+#: in the last place nccl-tests printed each time, algbw and busbw cell with (`decimal_half_ulp`).
+_FLOAT_SLACK: Final = 1e-9
+
+
+def _fraction(kind: str, nranks: int | None) -> tuple[float, float]:
+    """The bounds of a share or factor: exact for a known rank count, else over every count
+    (one rank gives 0; (n-1)/n approaches 1 and 2(n-1)/n approaches 2 from below)."""
+    if kind == "1":
+        return 1.0, 1.0
+    scale = 2.0 if kind == "2(n-1)/n" else 1.0
+    if nranks is None:
+        return 0.0, scale
+    value = scale * (nranks - 1) / nranks
+    return value, value
+
+
+def _arithmetic_problem(
+    row: NcclRow, how: _Arithmetic, nranks: int | None, *, wall_clock: bool
+) -> str | None:
+    """Why `row` is not what `how` prints, within the printed precision, or None."""
+    elt = TYPE_BYTES[row.type]
+    if how.per_rank_count and nranks is None:  # size = count × sizeof × n for some n >= 1
+        fits = row.size == 0 if row.count == 0 else (row.size > 0 and row.size % (row.count * elt) == 0)
+        expected = f"a multiple of {row.count} x {elt} B"
+    else:
+        ranks = nranks if how.per_rank_count and nranks is not None else 1
+        fits = row.size == row.count * elt * ranks
+        expected = f"{row.count} x {elt} B" + (f" x {ranks} ranks" if how.per_rank_count else "")
+    if not fits:
+        return f"size {row.size} B is not {expected}"
+    share_lo, share_hi = _fraction(how.share, nranks)
+    factor_lo, factor_hi = _fraction(how.factor, nranks)
+    lead = len(row.cells) - 8
+    for side, first, t, a, b in (
+        ("out-of-place", lead, row.time_oop, row.algbw_oop, row.busbw_oop),
+        ("in-place", lead + 4, row.time_ip, row.algbw_ip, row.busbw_ip),
+    ):
+        if t is None or a is None or b is None:
+            continue
+        dt, da, db = (decimal_half_ulp(row.cells[first + i]) for i in range(3))
+        slack = _FLOAT_SLACK * (1.0 + abs(a) + abs(b))
+        if wall_clock:  # algbw = size x share / time (s); time printed in µs, algbw in 10^9 B/s
+            low = row.size * share_lo / ((t + dt) * 1e3)
+            high = row.size * share_hi / ((t - dt) * 1e3) if t > dt else math.inf
+            if not low - da - slack <= a <= high + da + slack:
+                return f"{side} algbw {a} GB/s is not size / time ({row.size} B / {t} us)"
+        if not (a - da) * factor_lo - db - slack <= b <= (a + da) * factor_hi + db + slack:
+            factor = how.factor if nranks is None else f"{factor_lo:.4g} ({how.factor})"
+            return f"{side} busbw {b} GB/s is not algbw {a} x {factor}"
+    return None
+
+
+def _row_disagreement(
+    row: NcclRow, collective: str | None, nranks: int | None, *, wall_clock: bool, legacy: bool
+) -> str | None:
+    """Why a row's size, count, type, times and bandwidths cannot all be what nccl-tests printed
+    for `collective` over `nranks` ranks (unknown or < 1: any collective, any count), or None.
+    `wall_clock`: the time columns are wall-clock (not `-C 1` cputime, which algbw does not use);
+    `legacy`: an `error`-column table, whose all_gather/reduce_scatter may be the old arithmetic."""
+    lead = len(row.cells) - 8
+    if lead not in (3, 4, 5) or row.type not in TYPE_BYTES:
+        return None  # not a row read from text: no printed precision to hold it to
+    if nranks is not None and nranks < 1:
+        nranks = None  # a damaged nRanks line: no count to hold the rows to (the judges refuse it)
+    names = [collective] if collective in _ARITHMETIC else list(_ARITHMETIC)
+    candidates = [_ARITHMETIC[c] for c in names]
+    if legacy:
+        candidates += [_LEGACY_ARITHMETIC[c] for c in names if c in _LEGACY_ARITHMETIC]
+    problems = [_arithmetic_problem(row, how, nranks, wall_clock=wall_clock) for how in candidates]
+    if any(p is None for p in problems):
+        return None
+    ranks = f"{nranks} ranks" if nranks is not None else "an unknown rank count"
+    what = collective if collective in _ARITHMETIC else "any collective"
+    return f"size {row.size}: not {what}'s arithmetic over {ranks}: {problems[0]}"
+
+
+def _process_problem(params: dict[str, int], processes: dict[int, tuple[str, int]]) -> str | None:
+    """Why the header's `nThread T nGpus G` contradicts the device lines, or None.
+
+    nccl-tests runs T × G ranks per process (rank = process × T × G + i) and prints, for every
+    process, T × G lines under that process's host and pid (gathered to rank 0 under MPI, or
+    printed by the one process without MPI). So the device lines must be whole processes, the
+    ranks of one process share a (host, pid), and two processes never do. (Two containers with
+    one hostname and separate pid namespaces could share one; that reads as a contradiction.)
+    """
+    threads, gpus = params.get("nThread"), params.get("nGpus")
+    if threads is None or gpus is None or not processes:
+        return None
+    per_process = threads * gpus
+    told = f"nThread {threads} x nGpus {gpus} = {per_process} ranks per process"
+    if per_process < 1 or len(processes) % per_process:
+        return f"{told}, but {len(processes)} device lines are not whole processes"
+    owners: dict[int, set[tuple[str, int]]] = {}
+    for rank, owner in processes.items():
+        owners.setdefault(rank // per_process, set()).add(owner)
+    seen: dict[tuple[str, int], int] = {}
+    for proc in sorted(owners):
+        first = proc * per_process
+        if len(owners[proc]) > 1:
+            return f"{told}, but ranks {first}-{first + per_process - 1} come from several pids"
+        (owner,) = owners[proc]
+        if owner in seen:
+            return (
+                f"{told}, but ranks {seen[owner] * per_process} and {first} (two processes) share "
+                f"pid {owner[1]} on {owner[0]}"
+            )
+        seen[owner] = proc
+    return None
+
+
 def _decode_nccl_code(code: int) -> str:
     # NCCL_VERSION_CODE: X*10000+Y*100+Z since 2.9, X*1000+Y*100+Z before.
     if code >= 20900:
@@ -661,7 +826,9 @@ class _State:
         self.nccl_version: str | None = None
         self.cuda_version: str | None = None
         self.params: dict[str, int] = {}
+        self.params_line = ""  # the nThread/nGpus/minBytes line as printed
         self.devices: dict[int, NcclDevice] = {}
+        self.processes: dict[int, tuple[str, int]] = {}  # rank -> (host, pid) of its device line
         self.info_nranks: int | None = None
         self.info_nnodes: int | None = None
         self.info_hosts: list[str] = []
@@ -691,6 +858,7 @@ class _State:
         self.debug_lines = False
         self.printed_once: set[str] = set()
         self.unreadable: list[NcclUnreadable] = []
+        self.units_pending = False  # a column header was read and its unit row not yet
 
     # -- bookkeeping
 
@@ -799,6 +967,7 @@ class _State:
         if not tokens or text.lstrip(" \t").startswith("#"):
             return
         if _is_row_start(tokens):
+            self.units_known(text)
             width = self.layout.width if self.layout else (len(tokens) if 11 <= len(tokens) <= 13 else 0)
             if len(tokens) < (width or _guess_width(tokens)):
                 self.partial, self.partial_last = tokens, True
@@ -846,6 +1015,7 @@ class _State:
         if "nThread" in text or "minBytes" in text:
             self.header_seen = True
             self.once("the nThread/minBytes/maxBytes line", "header", text)
+            self.params_line = text
             p = _PARAMS.search(text)
             s = _STEP.search(text)
             if p is None or s is None:
@@ -874,8 +1044,9 @@ class _State:
                 if rank in self.devices:
                     self.cannot_read("header", f"rank {rank} listed twice", text)
                 self.devices[rank] = NcclDevice(
-                    rank, r.group(2), int(r.group(3)), r.group(4), r.group(5).strip()
+                    rank, r.group(3), int(r.group(4)), r.group(5), r.group(6).strip()
                 )
+                self.processes[rank] = (r.group(3), int(r.group(2)))
             else:
                 self.cannot_read("header", "a device line cannot be read", text)
             return True
@@ -887,11 +1058,36 @@ class _State:
             self.layout = _layout_from_columns(self.columns)
             if self.layout is None:
                 self.cannot_read("header", "unknown table columns", text)
+            self.units_pending = True
             return True
         if lowered & _COLUMN_WORDS:
             self.cannot_read("header", "a column header cannot be read", text)
             return True
+        units = _tokens(text.lstrip(" \t#"))
+        if sum(1 for t in units if _UNIT_TOKEN.fullmatch(t)) >= _UNIT_ROW_MIN_TOKENS:
+            self.unit_row(text, tuple(units))
+            return True
         return False
+
+    def unit_row(self, text: str, units: tuple[str, ...]) -> None:
+        """The units of the table: only nccl-tests' own are read (a GB/s column in MB/s is not)."""
+        self.units_pending = False
+        self.once("the unit row", "header", text)
+        if units == UNITS:
+            self.header_seen = True
+            return
+        diff = next((i for i, (got, want) in enumerate(zip(units, UNITS, strict=False)) if got != want), None)
+        if diff is not None:
+            why = f"{units[diff][:20]!r} where nccl-tests prints {UNITS[diff]!r}"
+        else:
+            why = f"{len(units)} units where nccl-tests prints {len(UNITS)}"
+        self.cannot_read("header", f"the unit row is not nccl-tests' ({why}): the units are unknown", text)
+
+    def units_known(self, text: str) -> None:
+        """A data row: the column header above it must have had its unit row."""
+        if self.units_pending:
+            self.units_pending = False
+            self.cannot_read("header", "no unit row under the column header: the units are unknown", text)
 
     def footer(self, text: str) -> bool:
         if "Out of bounds values" in text:
@@ -1133,6 +1329,22 @@ def parse_nccl(text: str) -> NcclRun:
     nccl_version = st.nccl_version
     if nccl_version is None and st.library_code is not None:
         nccl_version = _decode_nccl_code(st.library_code)
+
+    # Every row, not only the headline ones, and the header's process layout, against what
+    # nccl-tests prints: a disagreement is damage the judges may not pass on.
+    columns = {c.lower() for c in st.columns}
+    for row in st.rows:
+        why = _row_disagreement(
+            row,
+            collective,
+            nranks,
+            wall_clock="cputime" not in columns,
+            legacy="error" in columns or row.error_oop is not None or row.error_ip is not None,
+        )
+        if why is not None:
+            st.cannot_read("row", why, " ".join(row.cells))
+    if (why := _process_problem(st.params, st.processes)) is not None:
+        st.cannot_read("header", why, st.params_line)
 
     transports, in_network = _transports(st, nccl_version)
     stopped = any(e.kind in ("harness", "timeout") for e in st.errors)
