@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import secrets
 import threading
 import time
@@ -29,7 +30,14 @@ from typing import Any, Final, NamedTuple
 
 import yaml
 
-from fleetval.k8s.validation import KUBERNETES_VERSION, ApiError, invalid_error, not_supported, status_body
+from fleetval.k8s.validation import (
+    KUBERNETES_VERSION,
+    ApiError,
+    bad_request,
+    invalid_error,
+    not_supported,
+    status_body,
+)
 from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster
 from fleetval.sim.kube.resources import Resource, all_resources, find
 from fleetval.sim.kubelet.runtime import log_text
@@ -49,6 +57,25 @@ class ApiCall(NamedTuple):
 
 
 FLUSH_EVERY_S: Final = 0.5
+
+# Request bodies, as kube-apiserver bounds them: its MaxRequestBodyBytes is twice etcd's 1.5 MiB
+# request limit (the JSON of an object is about twice its protobuf in etcd).
+MAX_BODY_BYTES: Final = 3 * 1024 * 1024
+# Decoding is recursive (json, PyYAML) and so is everything after it (copies, validation,
+# serialisation): a body nested deeper than any Kubernetes object is refused up front, well inside
+# Python's recursion limit (kube-apiserver's JSON decoder stops at 10000).
+MAX_BODY_DEPTH: Final = 100
+BODY_READ_TIMEOUT_S = 60.0  # a client that stops sending mid-body loses its connection, not a thread
+# Like Go's net/http: after refusing a body, read (and drop) a little of what is still on its way,
+# so that closing the connection does not reset it before the client has read the answer.
+DRAIN_BYTES: Final = 256 * 1024
+DRAIN_TIMEOUT_S: Final = 0.5
+MAX_CHUNK_LINE: Final = 4096  # a chunk-size line (with extensions) or a trailer line
+MAX_TRAILERS: Final = 100
+DECODE_FAILED: Final = "the body of the request could not be decoded"
+YAML_MEDIA_TYPES: Final = frozenset({"application/yaml", "application/apply-patch+yaml"})
+_DECIMAL: Final = re.compile(r"[0-9]+")  # Content-Length: ASCII digits only (no sign, "_", "0x")
+_HEX: Final = re.compile(r"[0-9a-fA-F]+")
 
 
 class KubeApiServer(ThreadingHTTPServer):
@@ -114,9 +141,32 @@ class KubeApiServer(ThreadingHTTPServer):
         return path
 
 
+class _ClientGone(Exception):
+    """The client stopped sending its body (closed, reset or silent): there is nobody to answer."""
+
+
+class _BodyYamlLoader(yaml.SafeLoader):
+    """YAML as kube-apiserver turns it into JSON: timestamps stay strings; no aliases, whose
+    expansion into JSON is the billion-laughs bomb (a few hundred bytes, gigabytes expanded)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError("aliases are not allowed in a request body")
+        return super().compose_node(parent, index)
+
+
+def _yaml_timestamp(loader: _BodyYamlLoader, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+_BodyYamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _yaml_timestamp)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: KubeApiServer
+    _raw: bytes = b""  # this request's body, read by _dispatch
+    _unread: bool = False  # refused before its body was read: the connection closes
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # request logging is noise for the simulator's users
@@ -148,19 +198,125 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
+        """The request body decoded: JSON, or YAML under a YAML media type (as kube-apiserver)."""
+        raw = self._raw
+        if not raw.strip():
             return None
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
             try:
-                return yaml.safe_load(raw)
-            except yaml.YAMLError:
-                raise ApiError(
-                    400, status_body(400, "BadRequest", "the body of the request could not be decoded")
-                ) from None
+                body = json.loads(raw)
+            except ValueError:  # JSONDecodeError, or bytes that are no Unicode text
+                if content_type not in YAML_MEDIA_TYPES:
+                    raise
+                # the YAML as JSON (what the server would have got from kubectl): mapping keys
+                # become strings; what JSON cannot hold (binary, sets) does not decode
+                body = json.loads(json.dumps(yaml.load(raw, Loader=_BodyYamlLoader)))
+        except (ValueError, TypeError, yaml.YAMLError, RecursionError):  # RecursionError: too deep
+            raise bad_request(DECODE_FAILED) from None
+        if _depth(body) > MAX_BODY_DEPTH:
+            raise bad_request(f"{DECODE_FAILED}: nested more than {MAX_BODY_DEPTH} levels deep")
+        return body
+
+    def _framing(self) -> int | None:
+        """The body's declared length, None for a chunked one; refused when malformed or too large."""
+        lengths = {value.strip(" \t") for value in self.headers.get_all("Content-Length") or []}
+        encodings = self.headers.get_all("Transfer-Encoding") or []
+        if encodings:
+            if lengths:  # which one frames the body is ambiguous: the way to smuggle requests
+                raise bad_request("both Transfer-Encoding and Content-Length are set")
+            codings = [coding.strip().lower() for value in encodings for coding in value.split(",")]
+            if codings != ["chunked"]:
+                raise bad_request(f"unsupported transfer encoding: {', '.join(encodings)!r}")
+            return None
+        if len(lengths) > 1:
+            raise bad_request(f"conflicting Content-Length headers: {sorted(lengths)}")
+        text = lengths.pop() if lengths else ""
+        if not text:
+            return 0  # as Go's net/http: an empty Content-Length is no body
+        if not _DECIMAL.fullmatch(text):
+            raise bad_request(f"invalid Content-Length: {text!r}")
+        digits = text.lstrip("0") or "0"
+        # compare digit counts first: int() refuses numbers of thousands of digits
+        if len(digits) > len(str(MAX_BODY_BYTES)) or int(digits) > MAX_BODY_BYTES:
+            raise _too_large()
+        return int(digits)
+
+    def _read_body(self) -> bytes:
+        """The whole body, at most MAX_BODY_BYTES of it; a refusal leaves the rest unread and
+        marks the connection for closing."""
+        try:
+            length = self._framing()
+        except ApiError:
+            self._unread = True
+            raise
+        self.connection.settimeout(BODY_READ_TIMEOUT_S)
+        try:
+            return self._read_chunked() if length is None else self._read_exactly(length)
+        except ApiError:
+            self._unread = True
+            raise
+        except OSError:  # timed out or reset: nobody to answer
+            raise _ClientGone from None
+        finally:
+            if not self._unread:
+                self.connection.settimeout(self.timeout)
+
+    def _read_exactly(self, length: int) -> bytes:
+        data = self.rfile.read(length) if length else b""
+        if len(data) < length:
+            raise _ClientGone  # closed mid-body
+        return data
+
+    def _read_chunked(self) -> bytes:
+        body = bytearray()
+        while True:
+            size = self._chunk_size()
+            if size == 0:
+                break
+            if len(body) + size > MAX_BODY_BYTES:  # refused before the chunk is read
+                raise _too_large()
+            body += self._read_exactly(size)
+            if self._read_exactly(2) != b"\r\n":
+                raise bad_request("malformed chunked encoding: chunk data not followed by CRLF")
+        for _ in range(MAX_TRAILERS):
+            line = self._line()
+            if not line.strip():
+                return bytes(body)
+        raise bad_request("malformed chunked encoding: too many trailers")
+
+    def _chunk_size(self) -> int:
+        text = self._line().split(b";", 1)[0].strip(b" \t\r\n")  # ";..." is a chunk extension
+        if not _HEX.fullmatch(text.decode("latin-1")):
+            raise bad_request(f"malformed chunked encoding: invalid chunk size {text[:40]!r}")
+        return int(text, 16)
+
+    def _line(self) -> bytes:
+        line = self.rfile.readline(MAX_CHUNK_LINE + 1)
+        if not line.endswith(b"\n"):
+            if len(line) > MAX_CHUNK_LINE:
+                raise bad_request("malformed chunked encoding: line too long")
+            raise _ClientGone
+        return line
+
+    def _drain(self) -> None:
+        """Drop up to DRAIN_BYTES of a refused body, for at most DRAIN_TIMEOUT_S between reads."""
+        self.connection.settimeout(DRAIN_TIMEOUT_S)
+        budget = DRAIN_BYTES
+        try:
+            while budget > 0 and (data := self.rfile.read1(min(budget, 64 * 1024))):
+                budget -= len(data)
+        except OSError:
+            pass  # quiet or gone: the connection is closed either way
+
+    def handle_expect_100(self) -> bool:
+        # a body that will be refused is better not sent at all: no "100 Continue" for it, the
+        # refusal is the answer
+        try:
+            self._framing()
+        except ApiError:
+            return True
+        return super().handle_expect_100()
 
     def _authorized(self) -> bool:
         if self.path.split("?")[0].rstrip("/") in ("/version", "/healthz", "/readyz", "/livez"):
@@ -168,13 +324,23 @@ class _Handler(BaseHTTPRequestHandler):
         return self.headers.get("Authorization") == f"Bearer {self.server.token}"
 
     def _dispatch(self, method: str) -> None:
+        self._raw, self._unread = b"", False
         try:
+            # read whatever body comes first, so that the next request on the connection starts
+            # where this one ends (a GET's body included)
+            self._raw = self._read_body()
             if not self._authorized():
                 self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
                 return
             self._route(method)
         except ApiError as exc:
-            self._send_json(exc.code, exc.body)
+            if not self._unread:
+                self._send_json(exc.code, exc.body)
+                return
+            self._send_json(exc.code, exc.body, {"Connection": "close"})  # the rest isn't read
+            self._drain()
+        except _ClientGone:
+            self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
             return
         except Exception as exc:  # a simulator bug answers like the API server's InternalError
@@ -407,6 +573,27 @@ def _int(text: str | None, name: str) -> int:
     if value < 0:
         raise ApiError(400, status_body(400, "BadRequest", f"{name} must be non-negative"))
     return value
+
+
+def _too_large() -> ApiError:
+    return ApiError(
+        413,
+        status_body(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}"),
+    )
+
+
+def _depth(body: Any) -> int:
+    """How deeply `body` nests lists and objects, found without recursion (it may be very deep)."""
+    deepest, stack = 0, [(body, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            depth += 1
+            if depth > MAX_BODY_DEPTH:
+                return depth  # no need to walk the rest
+            deepest = max(deepest, depth)
+            stack.extend((child, depth) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _not_found_path(path: str) -> ApiError:
