@@ -3,7 +3,7 @@
 Does a training job survive what a platform does to it? Criteria **D-JOB-CKPT-01..07**: step
 continuity, state completeness, bitwise loss continuity, atomic saves, save time, corruption
 fallback, preemption save. Weekly and manual; `image` drills your own training image when it
-follows the drill contract (README, "Checkpoint drill contract"); the default is fleetval's
+follows the drill contract (docs/checkpoint.md, "Checkpoint drill contract"); the default is fleetval's
 reference job.
 
 - `plan` picks the node (or uses `node`), creates the claim `claim` on first use (on

@@ -175,7 +175,7 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-DEV-03": "weekly_health_sweep: DCGM r2 on every idle GPU node, coverage verdict",
     "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (dcgm.judge)",
     "D-DEV-05": "xid_remediation: time from the Xid to the cordon (xid.judge)",
-    "D-DEV-06": "xid_remediation: the Xid decision table (xid/xid_table.csv, xid.judge)",
+    "D-DEV-06": "xid_remediation: the Xid decision table (include/fleetval/xid/xid_table.csv, xid.judge)",
     "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (nccl.judge)",

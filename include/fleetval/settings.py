@@ -18,7 +18,7 @@
   that run claims every pending line; for a site that wants a human to start remediation).
 
 Connections (`fleetval_db`, `kubernetes_default`) and Variables (`fleetval_xid_breaker`) are
-Airflow's; see the README's settings table.
+Airflow's; see docs/settings.md.
 """
 
 from __future__ import annotations

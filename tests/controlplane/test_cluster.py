@@ -224,10 +224,12 @@ def test_a_running_pods_new_annotation_reaches_its_container(real_kube: Any) -> 
     time.sleep(2)  # a few turns of the container's loop with the file still empty
     assert kube.core.read_namespaced_pod("told", "default").status.phase == "Running"
     kube.core.patch_namespaced_pod("told", "default", {"metadata": {"annotations": {FINISH_ANNOTATION: "1"}}})
-    pod = _wait(
-        lambda: (p := kube.core.read_namespaced_pod("told", "default")).status.phase in ("Succeeded", "Failed") and p,
-        what="ended after the annotation",
-    )
+
+    def ended() -> Any:
+        pod = kube.core.read_namespaced_pod("told", "default")
+        return pod.status.phase in ("Succeeded", "Failed") and pod
+
+    pod = _wait(ended, what="ended after the annotation")
     assert pod.status.phase == "Succeeded"
     logs = kube.core.read_namespaced_pod_log("told", "default", _preload_content=False).data.decode()
     assert logs.split() == ["started", "finished"]

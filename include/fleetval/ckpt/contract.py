@@ -1,7 +1,7 @@
 """The checkpoint drill contract: what a training image must do for fleetval to drill it.
 
 The reference job (`jobs/ckpt-reference`, package `fleetval_ckpt_job`) follows it; a platform's
-own training image can too (README, "Checkpoint drill contract").
+own training image can too (docs/checkpoint.md, "Checkpoint drill contract").
 
 - Configuration from the environment: `FLEETVAL_CKPT_DIR` (the checkpoint directory, on the
   storage under test), `FLEETVAL_STEPS` (train until this step, resuming if a checkpoint exists),

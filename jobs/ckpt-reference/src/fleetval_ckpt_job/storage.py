@@ -3,7 +3,7 @@
 Standard library only, so `fleetval-ckpt-inspect` and `fleetval-ckpt-corrupt` start in
 milliseconds and work on any image that has Python.
 
-Layout (the drill contract, see the README's "Checkpoint drill contract"):
+Layout (the drill contract, see docs/checkpoint.md, "Checkpoint drill contract"):
 
     <dir>/step-00000040/            one complete checkpoint per directory
         model.pt optimizer.pt ...   the state, one file per component

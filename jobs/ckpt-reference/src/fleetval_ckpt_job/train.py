@@ -3,7 +3,7 @@
 A small deterministic model (an MLP with dropout, AdamW, a step LR schedule) trained on a data set
 the job makes itself from its seed. On the CPU two runs from the same state produce bit-identical
 losses, so a resumed run can be compared with an uninterrupted one exactly. It follows the drill
-contract (README, "Checkpoint drill contract"): configuration from the environment, one JSON line
+contract (docs/checkpoint.md, "Checkpoint drill contract"): configuration from the environment, one JSON line
 per step and per checkpoint event on stdout, atomic checkpoints with a manifest of checksums, a
 `latest` pointer updated last, a save on SIGTERM, and a check of every checkpoint it loads.
 
