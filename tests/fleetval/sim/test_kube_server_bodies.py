@@ -241,3 +241,24 @@ def test_body_of_a_get_does_not_poison_the_connection(kube: SimKube) -> None:
         sock.sendall(head(kube, "GET", "/version", {}))  # same connection, kept alive
         code, body = answer(sock, "GET")
     assert code == 200 and body["major"] == "1", body
+
+
+@pytest.mark.parametrize(
+    ("raised", "reported"),
+    [
+        (ConnectionResetError(104, "Connection reset by peer"), False),
+        (BrokenPipeError(), False),
+        (KeyError("x"), True),
+    ],
+    ids=["reset", "broken-pipe", "bug"],
+)
+def test_a_client_hanging_up_is_not_a_traceback(
+    kube: SimKube, capsys: pytest.CaptureFixture[str], raised: BaseException, reported: bool
+) -> None:
+    """What socketserver does with a handler's exception: a hang-up is routine (the demo printed
+    a ConnectionResetError traceback), a bug is still reported."""
+    try:
+        raise raised
+    except BaseException:
+        kube.server.handle_error(None, ("127.0.0.1", 1))
+    assert ("Traceback" in capsys.readouterr().err) is reported

@@ -20,6 +20,7 @@ import json
 import pathlib
 import re
 import secrets
+import sys
 import threading
 import time
 import traceback
@@ -92,6 +93,13 @@ class KubeApiServer(ThreadingHTTPServer):
         self._calls_lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="sim-kubelet", daemon=True)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a watch ended, a CLI stopped) is routine, not a traceback on the
+        demo's console; anything else is reported as socketserver does."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
