@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -437,7 +438,7 @@ def _sim_dag(
         try:
             airflow.start()
             extra = before_trigger(airflow) if before_trigger is not None else {}
-            run_id = airflow.trigger(dag_id, conf)
+            run_id = airflow.trigger(dag_id, conf, run_id=args.run_key)
             state = airflow.wait_run(dag_id, run_id)
         finally:
             airflow.stop()
@@ -469,7 +470,10 @@ def _nccl_reference_baselines(
     if not args.reference:
         return {"baselines": []}
     dag_id = "post_upgrade_nccl_sweep"
-    run_id = airflow.trigger(dag_id, {"nodes": list(args.reference), "repeats": 1, "dry_run": True})
+    reference_conf = {"nodes": list(args.reference), "repeats": 1, "dry_run": True}
+    run_id = airflow.trigger(
+        dag_id, reference_conf, run_id=f"{args.run_key}-reference" if args.run_key else None
+    )
     state = airflow.wait_run(dag_id, run_id, timeout_s=1800)
     ref_run = store.run_id(f"{dag_id}/{run_id}")
     if state != "success" or ref_run is None:
@@ -672,6 +676,18 @@ def _db_url(text: str) -> str:
         store_url(text)
     except StoreUrlError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+# Airflow's default allowed_run_id_pattern; 200 leaves room for the waves' suffixes in 250.
+_RUN_ID = re.compile(r"[A-Za-z0-9_.~:+-]{1,200}")
+
+
+def _run_key(text: str) -> str:
+    if not _RUN_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            "a run key is 1-200 of A-Z a-z 0-9 _ . ~ : + - (it names the Airflow run)"
+        )
     return text
 
 
@@ -886,8 +902,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument(
         "--run-key",
-        type=_text(200),
-        help="idempotency key; the same key re-judges the same run without duplicates",
+        type=_run_key,
+        help="names the DAG run: the same key resumes the same stored run, without duplicates",
     )
     p_run.add_argument("--dry-run", action="store_true", help="record node actions without applying them")
     p_run.add_argument("--reset", action="store_true", help="reset the simulated cluster state from the spec")

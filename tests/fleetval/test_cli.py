@@ -187,6 +187,47 @@ def test_sim_run_triggers_each_suites_dag_with_its_params(
     assert list(pending) == ["r02-n08"]  # the demo spec's Xid 79, delivered before the trigger
 
 
+def test_sim_run_run_key_names_the_dag_run_so_a_rerun_resumes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAGs key their stored run by the Airflow run's name: `--run-key` names it, so the same
+    key is the same stored run (a killed run rerun is finished, not duplicated), in every suite."""
+    import fleetval.sim.airflow_run as airflow_run
+
+    named: list[tuple[str, str | None]] = []
+
+    class Airflow:
+        def __init__(self, *_args: Any, **_kw: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+        def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None) -> str:
+            named.append((dag_id, run_id))
+            return run_id or "manual__generated"
+
+        def wait_run(self, *_args: Any, **_kw: Any) -> str:
+            return "success"
+
+    monkeypatch.setattr(airflow_run, "LocalAirflow", Airflow)
+    db = f"sqlite:///{tmp_path}/s.db"
+    for suite in ("weekly", "xid", "nccl", "weekly"):
+        code, data, _ = run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", suite, "--run-key", "k1")
+        assert code == 0 and data["run_key"].endswith("/k1")
+    assert named == [
+        ("weekly_health_sweep", "k1"),
+        ("xid_remediation", "k1"),
+        ("post_upgrade_nccl_sweep", "k1"),
+        ("weekly_health_sweep", "k1"),
+    ]
+    code, _, err = run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", "weekly", "--run-key", "a b")
+    assert code == 2 and "run key" in err
+
+
 def test_sim_run_bad_spec_is_one_error_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(DEMO.read_text().replace("dcgm.memory", "dcgm.melted"))

@@ -258,9 +258,14 @@ class LocalAirflow:
         )
         self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None) -> str:
+        """A manual run; `run_id` names it (the DAGs key their fleetval run by it, so the same
+        name resumes the same stored run), else Airflow names it."""
         self.unpause(dag_id)
-        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
+        if run_id is not None:
+            body["dag_run_id"] = run_id
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
         return str(run["dag_run_id"])
 
     def wait_run(self, dag_id: str, run_id: str, *, timeout_s: float = 900) -> str:
