@@ -28,6 +28,8 @@ from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
+from fleetval.store.models import VerdictRow
+from fleetval.store.repository import Store
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = ROOT / ".demo"
@@ -81,7 +83,23 @@ def main() -> int:
         airflow.unpause("weekly_health_sweep")
         run = airflow.first_run("weekly_health_sweep")
         print(f"== weekly_health_sweep run {run} started by its schedule (waves: weekly_health_sweep_wave)")
-        print(f"== run {airflow.wait_run('weekly_health_sweep', run, timeout_s=RUN_TIMEOUT_S)}")
+        waves = "weekly_health_sweep_wave"
+
+        def progress(waited_s: float) -> None:
+            try:
+                states = airflow.run_states(waves)
+            except (OSError, KeyError, ValueError):  # a busy api-server: the next report will say
+                return
+            verdicts = Store(engine).count(VerdictRow)
+            print(
+                f"   {waited_s:4.0f}s: waves {states.get('success', 0) + states.get('failed', 0)} done, "
+                f"{states.get('running', 0)} running, {states.get('queued', 0)} queued; "
+                f"{verdicts} verdicts stored",
+                flush=True,
+            )
+
+        state = airflow.wait_run("weekly_health_sweep", run, timeout_s=RUN_TIMEOUT_S, report=progress)
+        print(f"== run {state}")
         print()
         fleetval("verdicts", "--db", db)
         print()

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -268,14 +269,39 @@ class LocalAirflow:
         run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
         return str(run["dag_run_id"])
 
-    def wait_run(self, dag_id: str, run_id: str, *, timeout_s: float = 900) -> str:
+    def wait_run(
+        self,
+        dag_id: str,
+        run_id: str,
+        *,
+        timeout_s: float = 900,
+        report: Callable[[float], None] | None = None,
+        report_every_s: float = 15.0,
+    ) -> str:
+        """The run's final state; `report(seconds waited)` is called every `report_every_s` (a
+        console's progress line: a sweep of many waves takes minutes)."""
         path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-        state = self.wait_for(
-            f"{dag_id} run {run_id} to finish",
-            lambda: s if (s := self.call("GET", path)["state"]) in FINISHED else None,
-            timeout_s,
-        )
-        return str(state)
+        started = last_report = time.monotonic()
+
+        def finished() -> str | None:
+            nonlocal last_report
+            state = self.call("GET", path)["state"]
+            if state in FINISHED:
+                return str(state)
+            if report is not None and time.monotonic() - last_report >= report_every_s:
+                last_report = time.monotonic()
+                report(last_report - started)
+            return None
+
+        return str(self.wait_for(f"{dag_id} run {run_id} to finish", finished, timeout_s))
+
+    def run_states(self, dag_id: str) -> dict[str, int]:
+        """How many runs of `dag_id` are in each state (queued, running, success, failed)."""
+        runs = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1000")["dag_runs"]
+        counts: dict[str, int] = {}
+        for run in runs:
+            counts[str(run["state"])] = counts.get(str(run["state"]), 0) + 1
+        return counts
 
     def first_run(self, dag_id: str, *, timeout_s: float = 300) -> str:
         """Wait for the DAG's first run (its schedule or an event started it); its run id."""

@@ -1,4 +1,5 @@
-"""The reaper: a local Airflow's process group does not outlive a CLI killed with SIGKILL."""
+"""A local Airflow (fleetval.sim.airflow_run): its process group does not outlive a CLI killed with
+SIGKILL (the reaper), and a long wait for a run reports its progress."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fleetval.sim import reaper
 
@@ -100,3 +102,15 @@ def test_what_ignores_sigterm_gets_sigkill_after_the_grace_period(tmp_path: Path
     reaper.reap(stubborn.pid, tmp_path, grace_s=1.0)
     assert stubborn.wait(timeout=10) == -signal.SIGKILL
     assert not tmp_path.exists()
+
+
+def test_waiting_for_a_run_reports_progress_until_it_ends(tmp_path: Path, monkeypatch: Any) -> None:
+    """`make demo` waits minutes for the weekly sweep: it is told how the wait goes, then the state."""
+    from fleetval.sim.airflow_run import LocalAirflow
+
+    airflow = LocalAirflow(tmp_path, "sqlite://", tmp_path / "kubeconfig")
+    answers = iter(["queued", "running", "running", "success"])
+    monkeypatch.setattr(airflow, "call", lambda _method, _path: {"state": next(answers)})
+    reported: list[float] = []
+    state = airflow.wait_run("d", "r", report=reported.append, report_every_s=0.0)
+    assert state == "success" and len(reported) == 3 and reported == sorted(reported)
