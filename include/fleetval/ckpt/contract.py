@@ -8,7 +8,9 @@ own training image can too (docs/checkpoint.md, "Checkpoint drill contract").
   `FLEETVAL_SAVE_EVERY`, and two optional drill hooks: `FLEETVAL_PAUSE_IN_SAVE` (during the save
   of that step, after the first file is written, print `save_paused` and wait, so a kill lands
   inside the write) and `FLEETVAL_HOLD_AT_STEP` (after that step, print `holding` and wait for a
-  signal, so a preemption lands at a known step).
+  signal, so a preemption lands at a known step), and `FLEETVAL_STEP_MS` (a step takes at least
+  this long: the reference job's toy step is milliseconds of CPU, and D-JOB-CKPT-05 judges a save
+  against the training between two saves, which only means something at a real step's length).
 - One JSON object per line on stdout (other lines are ignored): per step `{"step", "loss",
   "seconds", "state": {component: digest}}`; events `start` (`from_step`, and `state` when it
   resumed), `save_started`, `save_paused`, `checkpoint_saved` (`step`, `path`, `seconds`,
@@ -28,10 +30,14 @@ ENV_SAVE_EVERY: Final = "FLEETVAL_SAVE_EVERY"
 ENV_SEED: Final = "FLEETVAL_SEED"
 ENV_PAUSE_IN_SAVE: Final = "FLEETVAL_PAUSE_IN_SAVE"
 ENV_HOLD_AT_STEP: Final = "FLEETVAL_HOLD_AT_STEP"
+ENV_STEP_MS: Final = "FLEETVAL_STEP_MS"
 ENV_FAULTS: Final = "FLEETVAL_CKPT_FAULTS"  # the reference job's deliberate defects only
 # The drill's defaults (a DAG file reads them at parse time: kept here, away from the judge).
 DEFAULT_STEPS: Final = 150
 DEFAULT_GRACE_S: Final = 30.0
+# 40 ms: a save every 50 steps is then 2 s of training, against which a healthy save (~50 ms with
+# its fsyncs; a few hundred on a loaded 2-core machine) is a few per cent and a stalled one is not.
+DEFAULT_STEP_MS: Final = 40
 
 COMPONENTS: Final = ("model", "optimizer", "lr_scheduler", "rng", "data_loader")
 # The fleet spec's job-layer fault kinds are "ckpt." + one of these (the reference job's flags).

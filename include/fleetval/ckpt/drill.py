@@ -41,6 +41,7 @@ class DrillPlan:
     grace_s: float = DEFAULT_GRACE_S
     seed: int = 0
     run_timeout_s: float = 600.0
+    step_ms: int = contract.DEFAULT_STEP_MS
 
     @classmethod
     def for_steps(cls, steps: int, **overrides: Any) -> DrillPlan:
@@ -76,6 +77,8 @@ class DrillPlan:
             )
         if self.grace_s <= 0:
             raise DrillPlanError("grace_s must be positive")
+        if self.step_ms < 0:
+            raise DrillPlanError("step_ms must not be negative")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +93,8 @@ class DrillPlan:
             contract.ENV_SAVE_EVERY: str(self.save_every),
             contract.ENV_SEED: str(self.seed),
         }
+        if self.step_ms:
+            values[contract.ENV_STEP_MS] = str(self.step_ms)
         if not resumed:
             if scenario == KILL:
                 values[contract.ENV_PAUSE_IN_SAVE] = str(self.kill_in_save_at)

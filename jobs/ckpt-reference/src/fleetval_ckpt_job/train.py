@@ -65,6 +65,7 @@ class Config:
     faults: frozenset[str]
     device: str
     threads: int
+    step_ms: int = 0  # each step takes at least this long (the drill's stand-in for real compute)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str]) -> Config:
@@ -104,6 +105,7 @@ class Config:
             faults=faults,
             device=device,
             threads=integer("FLEETVAL_THREADS", 1, 1) or 1,
+            step_ms=integer("FLEETVAL_STEP_MS", 0) or 0,
         )
 
 
@@ -400,6 +402,10 @@ def run(config: Config) -> int:
         started = time.monotonic()
         loss = trainer.train_step()
         digests = trainer.digests()
+        # A few milliseconds of toy compute would make any save a large share of a step; a real
+        # step's length is what the drill's save-time criterion is about.
+        if (pad := config.step_ms / 1000 - (time.monotonic() - started)) > 0:
+            time.sleep(pad)
         # A step's time is the whole iteration's (the digests are part of this job's step).
         emit({"step": step, "loss": loss, "seconds": time.monotonic() - started, "state": digests})
         if terminate["requested"]:
