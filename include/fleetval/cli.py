@@ -684,6 +684,8 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_.~:+-]{1,200}")
 
 
 def _run_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
     if not _RUN_ID.fullmatch(text):
         raise argparse.ArgumentTypeError(
             "a run key is 1-200 of A-Z a-z 0-9 _ . ~ : + - (it names the Airflow run)"

@@ -162,7 +162,7 @@ def test_a_viewer_logs_in_and_reads_every_view_in_a_real_browser(
         "04-nccl": ("/fleet/nccl", ["NCCL busbw against message size", "baseline min–max", "pass threshold"]),
         "05-baselines": ("/fleet/baselines", ["promoted", "retired", "candidate"]),
         "06-coverage": ("/fleet/coverage", ["Days since each node's last DCGM r2", "never tested"]),
-        "07-criteria": ("/fleet/criteria", ["D-DEV-03", "not implemented", "weekly_health_sweep/"]),
+        "07-criteria": ("/fleet/criteria", ["D-DEV-03", "checked today", "weekly_health_sweep/"]),
         "08-kueue": ("/fleet/kueue", [KUEUE_SCENARIOS[0][0], "v0.19.2"]),
         "09-onboarding": ("/fleet/onboarding", ["rack_onboarding/manual__r0000", "in_service"]),
     }
