@@ -40,19 +40,10 @@ def spawn(group: int, remove: Path | None = None) -> subprocess.Popen[bytes]:
     )
 
 
-def _alive(pid: int) -> bool:
+def _exists(pid: int, *, group: bool = False) -> bool:
+    """Whether the process (or the process group) `pid` is still there: signal 0 checks only."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -65,7 +56,7 @@ def reap(group: int, remove: Path | None, grace_s: float = GRACE_S) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _group_alive(group) and time.monotonic() < deadline:
+    while _exists(group, group=True) and time.monotonic() < deadline:
         time.sleep(POLL_S / 5)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)
@@ -75,11 +66,11 @@ def reap(group: int, remove: Path | None, grace_s: float = GRACE_S) -> None:
 
 def watch(parent: int, group: int, remove: Path | None) -> None:
     """Wait for `parent` to go (a reaper reparented away from it: the parent died), then reap."""
-    while os.getppid() == parent and _alive(parent):
-        if not _group_alive(group):
+    while os.getppid() == parent and _exists(parent):
+        if not _exists(group, group=True):
             return  # stopped normally, and nothing told us yet
         time.sleep(POLL_S)
-    if _group_alive(group):
+    if _exists(group, group=True):
         reap(group, remove)
     elif remove is not None:
         shutil.rmtree(remove, ignore_errors=True)
