@@ -103,6 +103,7 @@ def main() -> int:
         print()
         fleetval("verdicts", "--db", db)
         print()
+        show_nodes(db)
         # The Xid breaker's default (10 % of 16 nodes: one) would withhold the second cordon with an
         # F-SAFE-01 alert; operators tune it without a deploy, through this Variable.
         breaker = {"key": "fleetval_xid_breaker", "value": json.dumps({"max_fleet_fraction": 0.125})}
@@ -125,6 +126,7 @@ def main() -> int:
         print()
         fleetval("verdicts", "--db", db)
         print()
+        show_nodes(db)
         airflow.unpause("kueue_contention")
         run = airflow.first_run("kueue_contention")
         print(
@@ -161,6 +163,13 @@ def main() -> int:
         airflow.stop()
         server.stop()
     return 0
+
+
+def show_nodes(db: str) -> None:
+    """Each node's current state by the rule the fleet page colours it with (`fleetval nodes`)."""
+    print("== each node now (the fleet page's rule: a node's newest judgement per layer, an r3 deciding)")
+    fleetval("nodes", "--db", db)
+    print()
 
 
 def fleet_page_summary(airflow: LocalAirflow) -> None:

@@ -504,6 +504,7 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
 
     from fleetval.sim.kube.cluster import SimKubeCluster
     from fleetval.sim.kube.server import KubeApiServer
+    from fleetval.sim.kube.tls import server_tls
     from fleetval.store.engine import make_engine
     from fleetval.store.migrate import upgrade
     from fleetval.store.repository import Store
@@ -525,7 +526,8 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     cluster = SimKubeCluster(spec, engine, time_scale=args.time_scale)
     if args.reset:
         cluster.reset()
-    server = KubeApiServer(cluster, port=args.port, token=args.token)
+    # HTTPS: kubectl sends the kubeconfig's bearer token over https only
+    server = KubeApiServer(cluster, port=args.port, token=args.token, tls=server_tls(state_dir))
     server.start()
     stop = threading.Event()
     try:
@@ -580,13 +582,68 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
     print(f"run {run_key}")
     for row in table:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    counts: dict[str, int] = {}
+    # Per-GPU records (D-DEV-04) counted apart: a node verdict and a GPU record are not one unit.
+    verdict_counts: dict[str, int] = {}
+    gpu_counts: dict[str, int] = {}
     for r in rows:
+        counts = gpu_counts if r["criterion"] == "D-DEV-04" else verdict_counts
         counts[r["result"]] = counts.get(r["result"], 0) + 1
     hidden = len(rows) - len(shown)
+    parts = [
+        f"{what}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        for what, counts in (("verdicts", verdict_counts), ("GPU records", gpu_counts))
+        if counts
+    ]
+    print("; ".join(parts) + (f" ({hidden} passing GPU records not shown)" if hidden else ""))
+    print("each node's current state: fleetval nodes --db URL")
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from fleetval.store import fleet_health
+
+    grid = fleet_health.fleet_grid(_migrated_engine(args.db))
+    inv = grid.inventory
+    nodes = [n for nodes in inv.by_rack.values() for n in nodes]
+    rows: list[dict[str, Any]] = [
+        {
+            "node": node,
+            "rack": inv.rack_of[node],
+            "state": grid.state(node),
+            "layers": {layer: grid.state(node, layer) for layer in grid.layers},
+            "not_probed": inv.skipped.get(node),
+        }
+        for node in nodes
+    ]
+    if args.attention:
+        rows = [r for r in rows if r["state"] != "pass" or r["not_probed"]]
+    if args.format == "json":
+        _emit({"layers": list(grid.layers), "nodes": rows})
+        return 0
+    header = ("node", "rack", "state", *grid.layers, "note")
+    table = [header] + [
+        (
+            r["node"],
+            r["rack"],
+            r["state"],
+            *r["layers"].values(),
+            f"not probed by the newest weekly sweep: {r['not_probed']}" if r["not_probed"] else "",
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    states: dict[str, int] = {}
+    for node in nodes:
+        states[grid.state(node)] = states.get(grid.state(node), 0) + 1
     print(
-        ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        + (f" ({hidden} passing GPU records not shown)" if hidden else "")
+        f"{len(nodes)} nodes in {len(inv.by_rack)} racks: "
+        + ", ".join(
+            f"{n} {k}"
+            for k, n in sorted(states.items(), key=lambda kv: -fleet_health.SEVERITY.get(kv[0], -1))
+        )
+        + (f"; {len(inv.skipped)} not probed by the newest weekly sweep" if inv.skipped else "")
     )
     return 0
 
@@ -1053,6 +1110,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--format", choices=["table", "json"], default="table")
     p_ver.add_argument("--all", action="store_true", help="table: include passing per-GPU records")
     p_ver.set_defaults(func=cmd_verdicts)
+
+    p_nodes = sub.add_parser(
+        "nodes", help="each node's current state per layer: the fleet page's rule, on the console"
+    )
+    p_nodes.add_argument("--db", required=True, type=_db_url)
+    p_nodes.add_argument("--format", choices=["table", "json"], default="table")
+    p_nodes.add_argument("--attention", action="store_true", help="only nodes not passing (or not probed)")
+    p_nodes.set_defaults(func=cmd_nodes)
 
     from fleetval.sim.controlplane.cli import add_parser as add_cluster_parser
 

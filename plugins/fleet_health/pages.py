@@ -108,14 +108,8 @@ def fleet(
     if layer not in grid.layers:
         layer = None
 
-    def state(node: str) -> str:
-        if layer is None:
-            return grid.worst(node) or "untested"
-        cell = grid.cells.get(node, {}).get(layer)
-        return cell.result if cell else "untested"
-
     racks = grid.inventory.by_rack
-    state_of = {node: state(node) for node in grid.inventory.rack_of}
+    state_of = {node: grid.state(node, layer) for node in grid.inventory.rack_of}
     rows: list[dict[str, Any]] = []
     for rack, nodes in racks.items():
         states = [(n, state_of[n]) for n in nodes]

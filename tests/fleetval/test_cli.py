@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from fleetval.cli import main
+from fleetval.records import Result, Verdict
 from fleetval.store import migrations as store_migrations
+from fleetval.store.engine import make_engine
 from fleetval.store.repository import Store
 from tests.paths import FIXTURES, ROOT
 
@@ -289,3 +291,45 @@ def test_sim_serve_serves_the_fleet_until_terminated(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_nodes_prints_each_nodes_current_state_by_the_pages_rule(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An Xid run's cordon decision then its r3 seconds later: the console says what the page
+    says (the r3 decides), names the node the weekly sweep did not probe and why, and counts
+    nodes, not verdicts."""
+    from fleetval.store import fleet_health
+
+    db = f"sqlite:///{tmp_path}/n.db"
+    assert run(capsys, "db", "upgrade", "--db", db)[0] == 0
+    store = Store(make_engine(db))
+    plan = {"rack_of": {"n1": "r1", "n2": "r1", "n3": "r2"}, "skipped": {"n3": "GPU withdrawn"}, "waves": []}
+    weekly = store.ensure_run("w", suite="weekly", backend="test", meta={"plan": plan})
+    for node in ("n1", "n2"):
+        store.add_verdicts(weekly, [_verdict("D-DEV-03", node, "pass")], node=node)
+    xid = store.ensure_run("x", suite="xid", backend="test")
+    store.add_verdicts(xid, [_verdict("D-DEV-06", "n1", "fail")], node="n1")
+    store.add_verdicts(xid, [_verdict("D-DEV-02", "n1", "pass")], node="n1")
+    store.add_verdicts(xid, [_verdict("D-DEV-06", "n2", "fail")], node="n2")
+    code, data, _ = run(capsys, "nodes", "--db", db, "--format", "json")
+    states = {n["node"]: (n["state"], n["not_probed"]) for n in data["nodes"]}
+    assert code == 0 and states == {
+        "n1": ("pass", None),
+        "n2": ("fail", None),
+        "n3": ("untested", "GPU withdrawn"),
+    }
+    grid = fleet_health.fleet_grid(store.engine)  # the page's own reading
+    assert {n: grid.state(n) for n in ("n1", "n2", "n3")} == {k: v[0] for k, v in states.items()}
+    assert main(["nodes", "--db", db]) == 0
+    table = capsys.readouterr().out
+    assert "not probed by the newest weekly sweep: GPU withdrawn" in table
+    assert table.rstrip().splitlines()[-1] == (
+        "3 nodes in 2 racks: 1 fail, 1 pass, 1 untested; 1 not probed by the newest weekly sweep"
+    )
+    assert main(["nodes", "--db", db, "--attention", "--format", "json"]) == 0
+    assert [n["node"] for n in json.loads(capsys.readouterr().out)["nodes"]] == ["n2", "n3"]
+
+
+def _verdict(criterion: str, subject: str, result: str) -> Verdict:
+    return Verdict(criterion, subject, Result(result), "none", "test.rule", result, {})

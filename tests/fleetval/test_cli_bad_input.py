@@ -284,6 +284,9 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "no fleetval store at",
     ),
     ("verdicts-unmigrated-pg", ["verdicts", "--db", "{pg_empty}"], FAILED, "holds no fleetval store yet"),
+    ("nodes-empty-db", ["nodes", "--db", ""], USAGE, "--db: the database URL is empty"),
+    ("nodes-bad-format", ["nodes", "--db", "{store}", "--format", "xml"], USAGE, "invalid choice: 'xml'"),
+    ("nodes-no-store-file", ["nodes", "--db", "sqlite:///{tmp}/none.db"], FAILED, "no fleetval store at"),
     (
         "verdicts-unmigrated-sqlite",
         ["verdicts", "--db", "sqlite:///{tmp}/empty.db"],

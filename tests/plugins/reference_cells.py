@@ -17,7 +17,8 @@ def _aware(at: dt.datetime) -> dt.datetime:
 
 def reference_cells(store: Store, *, from_run: int = 0) -> fh.Cells:
     """Per (node, layer): the verdict judged last (then the higher run) names the run; the cell is
-    the worst of that run's verdicts there judged within BATCH_WINDOW of it. Per node: its newest
+    the worst of that run's verdicts there judged since its newest retest (RETEST_CRITERIA) where it
+    has one, else within BATCH_WINDOW of the newest. Per node: its newest
     r2 verdicts (D-DEV-01/03 with a node, not an error): the worst judged at that moment."""
     rows: list[dict[str, Any]] = [
         {**r, "at": _aware(r["judged_at"])} for r in store.verdicts() if r["run_id"] >= from_run
@@ -28,11 +29,10 @@ def reference_cells(store: Store, *, from_run: int = 0) -> fh.Cells:
     cells: dict[str, dict[str, fh.Cell]] = {}
     for (node, layer), verdicts in by_cell.items():
         newest = max(verdicts, key=lambda r: (r["at"], r["run_id"]))
-        batch = [
-            r
-            for r in verdicts
-            if r["run_id"] == newest["run_id"] and r["at"] >= newest["at"] - fh.BATCH_WINDOW
-        ]
+        in_run = [r for r in verdicts if r["run_id"] == newest["run_id"]]
+        retests = [r["at"] for r in in_run if r["criterion"] in fh.RETEST_CRITERIA]
+        since = max(retests) if retests else newest["at"] - fh.BATCH_WINDOW
+        batch = [r for r in in_run if r["at"] >= since]
         worst = max(fh.SEVERITY[r["result"]] for r in batch)
         cells.setdefault(node, {})[layer] = fh.Cell(
             fh.result_of(worst), newest["run_id"], newest["at"], len(batch)

@@ -425,6 +425,36 @@ def test_a_later_judgement_in_the_same_run_replaces_an_earlier_one(store: Store)
     assert cache.get(now=NOW).cells["a"]["device"].result == "pass"
 
 
+def test_a_retest_seconds_after_the_cordon_decision_still_decides_the_node(store: Store) -> None:
+    """The demo's Xid run (time scaled): the cordon decision and the r3 that returns the node to
+    service are seconds apart, well inside one batch window; the r3 still decides the cell, as the
+    console's `fleetval nodes` says. A verdict judged after the r3 in that run still counts."""
+    xid = run(store, "xid/fast", "xid", [], at=NOW - dt.timedelta(minutes=10))
+    for node, r3 in (("a", "pass"), ("b", "fail"), ("c", "pass")):
+        store.add_verdicts(xid, [v("D-DEV-06", node, "fail"), v("D-DEV-05", node, "pass")], node=node)
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND node = :n"),
+                {"at": NOW - dt.timedelta(seconds=5), "r": xid, "n": node},
+            )
+        store.add_verdicts(xid, [v("D-DEV-02", node, r3)], node=node)
+    store.add_verdicts(xid, [v("D-DEV-04", "GPU-c-2", "warn")], node="c")  # after c's r3: counts
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion = 'D-DEV-02'"),
+            {"at": NOW, "r": xid},
+        )
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion = 'D-DEV-04'"),
+            {"at": NOW + dt.timedelta(seconds=1), "r": xid},
+        )
+    grid = fh.fleet_grid(store.engine, now=NOW + dt.timedelta(seconds=2))
+    assert {n: grid.cells[n]["device"].result for n in "abc"} == {"a": "pass", "b": "fail", "c": "warn"}
+    assert grid.cells["a"]["device"].verdicts == 1
+    assert fh.FleetCells(store.engine).get(now=NOW).cells["a"]["device"].result == "pass"
+    assert reference_cells(store).cells["a"]["device"] == fh.latest_cells(store.engine).cells["a"]["device"]
+
+
 def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: Store) -> None:
     """Every rule the cells' SQL encodes, against `reference_cells` (Python over every row): the
     newest run per node and layer, its worst within the batch window, GPU records under their
@@ -439,10 +469,10 @@ def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: 
     store.add_verdicts(xid, [v("D-DEV-02", "c", "pass"), v("D-DEV-05", "c", "warn")], node="c")
     with store.engine.begin() as conn:
         conn.execute(
-            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion <> 'D-DEV-06'"),
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE run_id = :r AND criterion = 'D-DEV-02'"),
             {"at": NOW - dt.timedelta(hours=2), "r": xid},
         )
-    # within the window: both count
+    # an r3 within the window of the cordon decision still decides the node (the retest rule)
     near = run(store, "xid/a", "xid", [v("D-DEV-06", "a", "fail")], at=NOW - dt.timedelta(hours=1), node="a")
     store.add_verdicts(near, [v("D-DEV-02", "a", "pass")], node="a")
     with store.engine.begin() as conn:
@@ -482,7 +512,7 @@ def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: 
     assert cells["b"]["device"].result == "pass"  # tie/2: the higher run
     assert cells["g"]["device"].result == "fail" and cells["g"]["device"].verdicts == 2
     assert cells["c"]["device"].result == "warn" and cells["c"]["device"].verdicts == 2
-    assert cells["a"]["device"].result == "fail" and cells["a"]["device"].verdicts == 2
+    assert cells["a"]["device"].result == "pass" and cells["a"]["device"].verdicts == 1
     assert cells["kueue/gang"]["scheduling"].result == "fail"
     r2 = fh.latest_cells(store.engine).r2
     assert r2["d"].criterion == "D-DEV-03" and r2["d"].result == "warn"

@@ -47,6 +47,10 @@ ONBOARDING_SUITE_PREFIX: Final = "onboarding"
 UNKNOWN_RACK: Final = "(rack unknown)"
 # Verdicts of one run judged this close to its newest verdict on a node are one judgement.
 BATCH_WINDOW: Final = dt.timedelta(seconds=60)
+# A retest decides its node's layer: a verdict of these criteria replaces what its run judged on
+# the node in that layer before it (the r3 after an Xid or a failed r2 decides whether the node
+# returns to service; the cordon decision it was scheduled by is history, however soon before).
+RETEST_CRITERIA: Final = ("D-DEV-02",)
 
 _LAYER_OF: Final = {c.id: c.layer for c in CRITERIA}
 _SEV_SQL = case(SEVERITY, value=VerdictRow.result, else_=SEVERITY["error"])
@@ -217,6 +221,14 @@ class FleetGrid:
             return None
         return max((c.result for c in cells.values()), key=SEVERITY.__getitem__)
 
+    def state(self, node: str, layer: str | None = None) -> str:
+        """A node's current state (in `layer`, else over all its layers): what the page colours
+        it and `fleetval nodes` prints; "untested" without a verdict there."""
+        if layer is None:
+            return self.worst(node) or "untested"
+        cell = self.cells.get(node, {}).get(layer)
+        return cell.result if cell else "untested"
+
     def counts(self) -> dict[str, Counter[str]]:
         """layer → result → nodes; "untested" for inventory nodes without a verdict there."""
         out: dict[str, Counter[str]] = {layer: Counter() for layer in self.layers}
@@ -343,6 +355,7 @@ def _groups(engine: Engine, runs: Callable[[Any], Any]) -> list[Any]:
             func.sum(c.n).label("n"),
             func.max(case((is_r2, c.ok_sev))).label("r2_sev"),
             func.max(case((and_(is_r2, c.ok_sev.is_not(None)), c.criterion))).label("r2_criterion"),
+            func.max(case((c.criterion.in_(RETEST_CRITERIA), 1), else_=0)).label("retest"),
         )
         .group_by(node, layer, c.run_id, c.at)
         .subquery()
@@ -365,6 +378,7 @@ def _groups(engine: Engine, runs: Callable[[Any], Any]) -> list[Any]:
         r.n,
         r.r2_sev,
         r.r2_criterion,
+        r.retest,
         r.run_id == r.newest,
         r.r2_rank == 1,
     ).where(or_(r.run_id == r.newest, and_(r.r2_rank == 1, r.r2_sev.is_not(None))))
@@ -382,25 +396,40 @@ def _newer(at: dt.datetime | None, run_id: int, than: Cell) -> bool:
     return (at or epoch, run_id) > (than.at or epoch, than.run_id)
 
 
+def current_judgement(
+    groups: Sequence[tuple[dt.datetime, int, int, int, int]],
+) -> Sequence[tuple[dt.datetime, int, int, int, int]]:
+    """Of one run's verdict groups (time, severity, count, run, retest) on a node in a layer, those
+    that make its current state: from its newest retest on where it has one (`RETEST_CRITERIA`),
+    else the newest judgement (`BATCH_WINDOW`). The one rule the page, `fleetval nodes` and the
+    demo's console read."""
+    retests = [g[0] for g in groups if g[4]]
+    if retests:
+        since = max(retests)
+        return [g for g in groups if g[0] >= since]
+    last = max(g[0] for g in groups)
+    return [g for g in groups if g[0] >= last - BATCH_WINDOW]
+
+
 def _merge(
     cells: dict[str, dict[str, Cell]], r2: dict[str, R2], rows: Iterable[Any], *, rerun: frozenset[int]
 ) -> None:
     """Fold `_groups` rows in: a newer run's cell replaces a cell; so does the cell of a run in
     `rerun` (recomputed whole) where the old cell came from a run in `rerun`."""
-    # (node, layer number) → the groups of its newest run: (time, severity, count, run)
-    newest: dict[tuple[str, int], list[tuple[dt.datetime, int, int, int]]] = defaultdict(list)
-    for node, layer_no, run_id, at, sev, n, r2_sev, r2_criterion, in_newest, is_r2 in rows:
+    # (node, layer number) → the groups of its newest run: (time, severity, count, run, retest)
+    newest: dict[tuple[str, int], list[tuple[dt.datetime, int, int, int, int]]] = defaultdict(list)
+    for node, layer_no, run_id, at, sev, n, r2_sev, r2_criterion, retest, in_newest, is_r2 in rows:
         if at.tzinfo is None:  # SQLite: naive UTC (judged_at is never null, unlike `_aware`'s values)
             at = at.replace(tzinfo=dt.UTC)
         if in_newest:
-            newest[(node, layer_no)].append((at, sev, n, run_id))
+            newest[(node, layer_no)].append((at, sev, n, run_id, retest))
         if is_r2 and r2_sev is not None:
             seen = r2.get(node)
             if seen is None or seen.run_id in rerun or (at, run_id) > (seen.at, seen.run_id):
                 r2[node] = R2(at, RESULTS[r2_sev], str(r2_criterion), int(run_id))
     for (node, layer_no), groups in newest.items():
-        last = max(g[0] for g in groups)
-        batch = [g for g in groups if g[0] >= last - BATCH_WINDOW]
+        batch = current_judgement(groups)
+        last = max(g[0] for g in batch)
         cell = Cell(RESULTS[max(g[1] for g in batch)], int(groups[0][3]), last, int(sum(g[2] for g in batch)))
         by_layer = cells.setdefault(node, {})
         layer = _LAYERS[layer_no]
