@@ -26,6 +26,7 @@ from fleetval.fleet.spec import load_fleet_spec
 from fleetval.sim.airflow_run import ADMIN, VIEWER, AirflowRunError, LocalAirflow
 from fleetval.sim.kube.cluster import SimKubeCluster
 from fleetval.sim.kube.server import KubeApiServer
+from fleetval.sim.kube.tls import server_tls
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.models import VerdictRow
@@ -60,7 +61,9 @@ def main() -> int:
     print(f"== fleetval store: {db}")
     engine = make_engine(db)
     upgrade(engine)
-    server = KubeApiServer(SimKubeCluster(load_fleet_spec(FLEET.read_text()), engine, time_scale=TIME_SCALE))
+    cluster = SimKubeCluster(load_fleet_spec(FLEET.read_text()), engine, time_scale=TIME_SCALE)
+    # HTTPS with its own CA in the kubeconfig: kubectl sends a bearer token over TLS only.
+    server = KubeApiServer(cluster, tls=server_tls(DEMO))
     server.start()
     kubeconfig = server.write_kubeconfig(DEMO / "kubeconfig")
     print(f"== the simulated cluster's Kubernetes API: {server.url} (kubeconfig {kubeconfig})")

@@ -1,7 +1,8 @@
-"""`fleetval sim serve`: the simulated cluster over HTTP, as the Kubernetes API.
+"""`fleetval sim serve`: the simulated cluster over HTTPS, as the Kubernetes API.
 
-The real `kubernetes` client, the cncf.kubernetes provider's hook and the KubernetesPodOperator
-talk to it through an ordinary kubeconfig (plain HTTP on 127.0.0.1 with a bearer token). Served:
+The real `kubernetes` client, the cncf.kubernetes provider's hook, the KubernetesPodOperator and
+kubectl talk to it through an ordinary kubeconfig (HTTPS on 127.0.0.1, its CA in the kubeconfig,
+with a bearer token; `sim serve` passes `tls`, in-process users may serve plain HTTP). Served:
 `/version`, discovery (`/api`, `/apis`), core v1 (pods with `log` and `status`, nodes with
 `status`, events, namespaces, configmaps, secrets, serviceaccounts), batch/v1 jobs, and the
 custom resources of the upstream CRDs; get, list (label/field selectors, `limit`/`continue`),
@@ -16,10 +17,12 @@ that the shipped RBAC grants exactly what the product calls.
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import re
 import secrets
+import ssl
 import sys
 import threading
 import time
@@ -27,7 +30,7 @@ import traceback
 import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import yaml
 
@@ -42,6 +45,9 @@ from fleetval.k8s.validation import (
 from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster
 from fleetval.sim.kube.resources import Resource, all_resources, find
 from fleetval.sim.kubelet.runtime import log_text
+
+if TYPE_CHECKING:  # tls.py needs `cryptography`, which only `sim serve` brings in
+    from fleetval.sim.kube.tls import ServerTls
 
 TICK_S: Final = 0.05
 
@@ -71,6 +77,7 @@ BODY_READ_TIMEOUT_S = 60.0  # a client that stops sending mid-body loses its con
 # so that closing the connection does not reset it before the client has read the answer.
 DRAIN_BYTES: Final = 256 * 1024
 DRAIN_TIMEOUT_S: Final = 0.5
+TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0  # as Go's net/http client's TLSHandshakeTimeout
 MAX_CHUNK_LINE: Final = 4096  # a chunk-size line (with extensions) or a trailer line
 MAX_TRAILERS: Final = 100
 DECODE_FAILED: Final = "the body of the request could not be decoded"
@@ -84,11 +91,18 @@ class KubeApiServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, cluster: SimKubeCluster, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+        self,
+        cluster: SimKubeCluster,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        tls: ServerTls | None = None,
     ):
         super().__init__((host, port), _Handler)
         self.cluster = cluster
         self.token = token or secrets.token_hex(16)
+        self.tls = tls
         self.calls: Counter[ApiCall] = Counter()
         self._calls_lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,14 +111,31 @@ class KubeApiServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up (a watch ended, a CLI stopped) is routine, not a traceback on the
         demo's console; anything else is reported as socketserver does."""
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError | ssl.SSLError):
             return
         super().handle_error(request, client_address)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """The TLS handshake runs here, in the connection's own thread: a slow or silent client
+        holds up only itself, not the accept loop."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+        try:
+            connection = self.tls.context.wrap_socket(request, server_side=True)
+        except (OSError, ValueError):  # a client that does not trust the CA, or speaks plain HTTP
+            return
+        try:
+            connection.settimeout(None)
+            super().finish_request(connection, client_address)
+        finally:
+            self.shutdown_request(connection)  # the plain socket it wrapped is closed with it
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def start(self) -> None:
         """Serve in background threads (the scheduler and kubelets tick in their own)."""
@@ -133,10 +164,13 @@ class KubeApiServer(ThreadingHTTPServer):
 
     def kubeconfig(self, context: str | None = None) -> dict[str, Any]:
         name = context or f"fleetval-sim-{self.cluster.spec.name}"
+        cluster: dict[str, str] = {"server": self.url}
+        if self.tls is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self.tls.ca_pem).decode()
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "clusters": [{"name": name, "cluster": cluster}],
             "users": [{"name": name, "user": {"token": self.token}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "fleetval"}}],
             "current-context": name,
