@@ -40,10 +40,12 @@ typecheck: $(STAMP) ## mypy
 
 # Debian's docker-compose (1.29): `docker-compose config` checks the Compose files without a Docker
 # engine (tests/deploy). Debian's chromium: the fleet-health page's browser test drives it
-# (Playwright with executable_path=/usr/bin/chromium; no browser is ever downloaded). Installed with
+# (Playwright with executable_path=/usr/bin/chromium; no browser is ever downloaded). Debian's
+# prometheus (2.42, with promtool): tests/metrics scrape `fleetval metrics serve` with it and check
+# deploy/prometheus-rules.yaml. Installed with
 # apt-get where this runs as root; elsewhere, install them (the tests that need them fail without).
-TOOL_PACKAGES := docker-compose:docker-compose chromium:chromium
-tools: ## Debian's docker-compose and chromium, for the deploy and browser tests (as root)
+TOOL_PACKAGES := docker-compose:docker-compose chromium:chromium prometheus:prometheus
+tools: ## Debian's docker-compose, chromium and prometheus, for the deploy, browser and metrics tests (as root)
 	@missing=""; for pair in $(TOOL_PACKAGES); do \
 	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; \
 	done; \
@@ -52,7 +54,7 @@ tools: ## Debian's docker-compose and chromium, for the deploy and browser tests
 	  echo "tools: installing Debian's$$missing"; \
 	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else \
-	  echo "warning: missing Debian packages:$$missing (tests/deploy need docker-compose, the fleet page's browser test chromium)"; \
+	  echo "warning: missing Debian packages:$$missing (tests/deploy need docker-compose, the fleet page's browser test chromium, tests/metrics prometheus)"; \
 	fi
 
 # The tests need a real PostgreSQL: FLEETVAL_TEST_DB_URL if set, else a test server of the project's

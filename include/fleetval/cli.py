@@ -1123,6 +1123,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cluster_parser(sub, time_scale=time_scale, text=_text)
 
+    from fleetval.metrics.cli import add_parser as add_metrics_parser
+
+    add_metrics_parser(sub, db_url=_db_url, int_in=_int_in, open_store=_migrated_engine)
+
     p_crit = sub.add_parser("criteria", help="list the criteria catalog")
     p_crit.add_argument("--format", choices=["json", "markdown"], default="json")
     p_crit.set_defaults(func=cmd_criteria)

@@ -20,7 +20,7 @@ LEVELS: list[set[str]] = [
     {"__init__", "errors", "records", "criteria"},
     {"nodes", "fleet", "policy", "k8s", "store"},
     {"probes", "remediation"},
-    {"nvidia_smi", "dcgm", "xid", "nccl", "kueue", "mig", "ckpt", "gpu_operator"},
+    {"nvidia_smi", "dcgm", "xid", "nccl", "kueue", "mig", "ckpt", "gpu_operator", "trends", "metrics"},
     {"onboarding"},  # composes the tools' checks: rack onboarding
     {"sim"},
     {"settings", "cli"},
