@@ -23,7 +23,7 @@ def _c(cid: str, layer: str, statement: str, **parameters: Any) -> Criterion:
     return Criterion(cid, layer, statement, parameters)
 
 
-CATALOG_VERSION: Final = "2026-12-01.1"
+CATALOG_VERSION: Final = "2026-12-05.1"
 
 CRITERIA: Final[tuple[Criterion, ...]] = (
     _c(
@@ -63,6 +63,14 @@ CRITERIA: Final[tuple[Criterion, ...]] = (
         target_p90_s=15,
     ),
     _c("D-DEV-06", "device", "Xid actions follow a decision table keyed by Xid number and repeats"),
+    _c(
+        "D-DEV-TREND-01",
+        "device",
+        "a GPU whose counters drift toward a hard failure (rising correctable-ECC rate, row remaps or "
+        "retired pages accumulating, rising temperature or thermal throttling) is warned before the "
+        "hard threshold; warn never cordons; short or unreadable history is inconclusive",
+        min_samples=4,
+    ),
     _c(
         "D-GPU-MIG-01",
         "sharing",
@@ -109,6 +117,13 @@ CRITERIA: Final[tuple[Criterion, ...]] = (
         "D-NET-NCCL-TRANSPORT",
         "network",
         "the active transport is the fabric the profile declares (no socket fallback)",
+    ),
+    _c(
+        "D-NET-NCCL-TREND-01",
+        "network",
+        "busbw declining monotonically across sweeps toward D-NET-NCCL-01/-02's min_ratio is warned "
+        "while still above it; warn never cordons; short or unreadable history is inconclusive",
+        min_samples=8,
     ),
     _c("D-SCHED-01", "scheduling", "a job over the free quota is held with 0 pods"),
     _c(
@@ -176,6 +191,14 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-DEV-04": "weekly_health_sweep and xid_remediation: one record per GPU (dcgm.judge)",
     "D-DEV-05": "xid_remediation: time from the Xid to the cordon (xid.judge)",
     "D-DEV-06": "xid_remediation: the Xid decision table (include/fleetval/xid/xid_table.csv, xid.judge)",
+    "D-DEV-TREND-01": (
+        "not yet in a DAG: trends.judge.judge_device_trend over a node's dcgm-exporter history per "
+        "sweep (bench/early_warning.py replays it)"
+    ),
+    "D-NET-NCCL-TREND-01": (
+        "not yet in a DAG: trends.judge.judge_link_trend over a node's or pair's busbw per sweep vs its "
+        "baseline (bench/early_warning.py replays it)"
+    ),
     "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-03": "post_upgrade_nccl_sweep: NCCL errors and #wrong (nccl.judge)",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetval.dcgm.coverage import CoverageGap, coverage_gaps, node_gpus, uncovered_gpus
-from fleetval.dcgm.parser import DcgmReport
+from fleetval.dcgm.parser import DcgmReport, profiling_busy
 from fleetval.errors import ParseError
 from fleetval.policy import node_health
 from fleetval.policy.node_health import HealthRule
@@ -69,13 +69,17 @@ def classify(
     absent or skipped, a GPU of the node without a result, `expected_gpus` being the node's
     capacity), is no evidence for what it left out, so it is `no_evidence`."""
     if isinstance(report, ParseError):
-        return "no_evidence"
+        # A run DCGM refused because its resources were busy (a runtime error) is no evidence
+        # either, but says why: the same outcome as a test failed for that reason.
+        return "profiling_busy" if profiling_busy(report.reason) else "no_evidence"
     ran = [t for t in report.tests if t.result != "skip"]
     if not ran:
         return "no_evidence"
     if report.level is not None and report.level < node_health.GATE_MIN_LEVEL[gate]:
         return "level_too_low"
     failed = [t for t in ran if t.result == "fail"]
+    if failed and all(t.busy or t.internal_error for t in failed) and any(t.busy for t in failed):
+        return "profiling_busy"  # the host engine competed for the GPUs: no evidence about them
     if failed and all(t.internal_error for t in failed):
         return "internal_error"
     if failed:
@@ -86,7 +90,10 @@ def classify(
         gaps = coverage_gaps(report, level=required_level(report, gate, level), expected_gpus=expected_gpus)
     if gaps:
         return "no_evidence"
-    if any(t.result == "warn" for t in ran):
+    warned = [t for t in ran if t.result == "warn"]
+    if warned and all(t.busy for t in warned):
+        return "profiling_busy"
+    if warned:
         return "warn"
     return "pass"
 
@@ -133,6 +140,7 @@ def judge_dcgm(
             "result": t.result,
             "gpus": sorted(g for g, r in t.gpus.items() if r in ("fail", "warn")),
             "internal_error": t.internal_error,
+            **({"busy": t.busy} if t.busy else {}),
         }
         for t in report.tests
         if t.result in ("fail", "warn")

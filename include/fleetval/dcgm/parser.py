@@ -201,6 +201,36 @@ _KEYWORD_CLASS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 
 _INTERNAL_RE: Final = re.compile(r"internal error|child process", re.I)
 
+# DCGM's own words when the GPUs' profiling or diagnostic resources are held by someone else: a
+# probe's host engine beside dcgm-exporter collecting profiling (DCP) metrics on the same GPUs. Not
+# a node fault. Only strings found in DCGM's source (NVIDIA/DCGM v4.5.3):
+# `dcgmlib/src/dcgm_errors.c` errorString() for DCGM_ST_PROFILING_MULTI_PASS and DCGM_ST_IN_USE,
+# and the status names of `dcgmlib/dcgm_structs.h`.
+PROFILING_BUSY: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    (
+        re.compile(
+            r"The requested profiling metrics cannot be collected in a single pass"
+            r"|DCGM_ST_PROFILING_MULTI_PASS"
+        ),
+        "the profiling module could not collect its metrics in one pass (DCGM_ST_PROFILING_MULTI_PASS): "
+        "another client, e.g. dcgm-exporter, holds profiling metrics on these GPUs",
+    ),
+    (
+        re.compile(
+            r"The requested operation could not be completed because the affected resource is in use"
+            r"|DCGM_ST_IN_USE"
+        ),
+        "a DCGM resource was in use (DCGM_ST_IN_USE): another diagnostic or profiling client holds "
+        "these GPUs",
+    ),
+)
+
+
+def profiling_busy(message: str) -> str:
+    """Why `message` says DCGM's profiling/diagnostic resources were busy, or "" when it does not."""
+    return next((why for pattern, why in PROFILING_BUSY if pattern.search(message)), "")
+
+
 _STATUS_WORDS: Final[dict[str, str]] = {
     "pass": "pass",
     "passed": "pass",
@@ -252,6 +282,9 @@ class DcgmTest:
     gpus: dict[str, str]
     warnings: tuple[DcgmWarning, ...]
     internal_error: bool
+    # Why the result came from DCGM's resources being busy (PROFILING_BUSY), "" when it did not:
+    # every serious finding of the test says so (or is internal) and at least one says busy.
+    busy: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -262,6 +295,7 @@ class DcgmTest:
             "warnings": [w.to_json() for w in self.warnings],
             "failure_class": self.failure_class,
             "internal_error": self.internal_error,
+            **({"busy": self.busy} if self.busy else {}),
         }
 
 
@@ -381,13 +415,18 @@ def _build_test(
 ) -> DcgmTest:
     key = _key(name)
     internal = False
+    busy = ""
     failure_class = _NAME_CLASS.get(key, "other")
     if result in ("fail", "warn") and warnings:
         # Warnings on the GPUs that carry the test's result, plus those tied to no GPU, decide.
         decisive = [w for w in warnings if w.gpu is None or gpus.get(w.gpu, result) == result]
         serious = [w for w in decisive if not _is_monitor(w)]
         internal = any(_is_internal(w) for w in decisive) and all(_is_internal(w) for w in serious)
-        if internal:
+        reasons = [profiling_busy(w.message) for w in serious]
+        if any(reasons) and all(r or _is_internal(w) for r, w in zip(reasons, serious, strict=True)):
+            busy = next(r for r in reasons if r)
+            failure_class = "software"
+        elif internal:
             failure_class = "software"
         else:
             # A fail is explained by its non-MONITOR findings (a thermal note beside a memory
@@ -406,6 +445,7 @@ def _build_test(
         gpus=gpus,
         warnings=tuple(warnings),
         internal_error=internal,
+        busy=busy,
     )
 
 

@@ -68,7 +68,7 @@ def test_unparseable_evidence_is_inconclusive_never_pass(gate: str) -> None:
 
 
 def test_table_covers_every_gate_and_outcome_once() -> None:
-    outcomes = {"pass", "warn", "fail", "internal_error", "level_too_low", "no_evidence"}
+    outcomes = {"pass", "warn", "fail", "internal_error", "profiling_busy", "level_too_low", "no_evidence"}
     keys = [(r.gate, r.outcome) for r in NODE_HEALTH_TABLE]
     assert sorted(keys) == sorted((g, o) for g in GATES for o in outcomes)
     assert len({r.rule_id for r in NODE_HEALTH_TABLE}) == len(NODE_HEALTH_TABLE)
@@ -249,3 +249,51 @@ def test_a_cut_table_that_only_warns_is_no_evidence() -> None:
     judgement = judge(cut)
     assert judgement.result.value == "inconclusive"
     assert gpu_results(judgement)["3"] == "warn"
+
+
+# ---------------------------------------------------------------------------------------------
+# a probe's host engine beside dcgm-exporter: DCGM's resources busy is no node fault
+
+# DCGM's errorString() texts (NVIDIA/DCGM v4.5.3 dcgmlib/src/dcgm_errors.c); the "Error using DCGM
+# API" wrapper is DCGM_FR_DCGM_API_MSG (dcgmlib/dcgm_errors.h), the API name illustrative.
+MULTI_PASS = "The requested profiling metrics cannot be collected in a single pass"
+IN_USE = "The requested operation could not be completed because the affected resource is in use"
+
+
+def busy_doc(*messages: str, gate_level: int = 2) -> dict[str, Any]:
+    doc = sim_doc(level=gate_level, faults=(DcgmFault(gpu=6, kind="memory"),))
+    [failed] = [t for t in plugin_tests(doc) if t.get("test_summary", {}).get("status") == "Fail"]
+    [result] = [r for r in failed["results"] if r.get("status") == "Fail"]
+    result["warnings"] = [
+        {"error_category": 10, "error_id": 67, "error_severity": 2, "warning": m} for m in messages
+    ]
+    return doc
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("message", [MULTI_PASS, IN_USE])
+def test_a_failure_from_dcgms_busy_profiling_module_is_inconclusive_not_a_fault(
+    gate: str, message: str
+) -> None:
+    level = 3 if gate == "post-xid" else 2
+    doc = busy_doc(f"Error using DCGM API dcgmProfWatchFields: {message}", gate_level=level)
+    judgement = judge(doc, gate=gate, level=level)
+    assert judgement.result.value == "inconclusive" and judgement.action == "rerun_diagnostic"
+    assert judgement.rule.outcome == "profiling_busy" and "dcgm-exporter" in judgement.rule.reason
+    [finding] = judgement.verdicts[0].evidence["findings"]
+    assert finding["busy"].startswith(("the profiling module", "a DCGM resource was in use"))
+    # A real fault beside the busy message still fails.
+    fault = "Found 12 faulty memory elements on GPU 6 Run a field diagnostic on the GPU."
+    both = busy_doc(message, fault, gate_level=level)
+    assert judge(both, gate=gate, level=level).result.value == "fail"
+
+
+def test_a_run_dcgm_refused_as_busy_says_so() -> None:
+    def refused(error: str) -> Any:
+        with pytest.raises(ParseError) as caught:
+            parse_dcgm(json.dumps({"DCGM Diagnostic": {"runtime_error": error}}))
+        return judge_dcgm(caught.value, gate="weekly", node="n1")
+
+    judgement = refused(f"Error: {MULTI_PASS}")
+    assert judgement.result.value == "inconclusive" and judgement.rule.rule_id == "dev.weekly.busy"
+    assert refused("Error: unable to connect to host engine").rule.rule_id == "dev.weekly.none"
