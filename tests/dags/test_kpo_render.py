@@ -27,7 +27,12 @@ def test_dcgm_probe_pod_validates_and_is_pinned(level: int) -> None:
     kubernetes_validate.validate(manifest, "1.30", strict=True)
 
     container = manifest["spec"]["containers"][0]
-    assert manifest["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "r01-n03"}
+    assert manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["r01-n03"]}]}
+        ]
+    }
+    assert not manifest["spec"].get("nodeSelector")  # the hostname label need not be the node's name
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert container["image"] == DCGM_IMAGE and ":latest" not in container["image"]
     assert container["command"] == ["/bin/bash", "-c"]

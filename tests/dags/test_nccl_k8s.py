@@ -64,7 +64,12 @@ def test_single_node_probe_is_a_pinned_pod() -> None:
     manifest = ApiClient().sanitize_for_serialization(op.build_pod_request_obj(dry_run=True))
     kubernetes_validate.validate(manifest, "1.30", strict=True)
     container = manifest["spec"]["containers"][0]
-    assert manifest["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "r01-n01"}
+    assert manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["r01-n01"]}]}
+        ]
+    }
+    assert not manifest["spec"].get("nodeSelector")  # the hostname label need not be the node's name
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert container["command"] == ["/bin/bash", "-c"]
     assert container["args"] == ["exec /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8 -T 600"]

@@ -20,6 +20,20 @@ labels, cordons and running GPU pods):
 
 A snapshot series is a lower bound: a violation shorter than the sampling interval can be missed
 (the verdict says the interval). No rollout seen at all is no evidence: `inconclusive`.
+
+A halt erases the evidence: with `autoUpgrade: false` (or no ClusterPolicy, or sandbox workloads)
+the operator's upgrade controller does not pause in place, it deletes the state label from every
+node, one patch per node, and leaves the cordons (NVIDIA/gpu-operator v26.7.0,
+`controllers/upgrade_controller.go`: `reconcileClusterPolicyDriverUpgrades` →
+`removeNodeUpgradeStateLabels`; per NVIDIADriver, `removeNodeUpgradeStateLabelsForNVD`). It removes
+the label nowhere else, so a label that disappears marks the halt: from that snapshot on nothing is
+judged against the policy (a snapshot taken mid-cleanup would otherwise shrink the managed count
+under `maxUnavailable`), and a rollout halted before it ended is `inconclusive` naming the nodes it
+left mid-upgrade and cordoned — not a pass. A breach seen before the halt still fails. On resume,
+k8s-operator-libs (`pkg/upgrade/common_manager.go` `ProcessDoneOrUnknownNodes`, commit 11e747a5)
+treats an unlabelled out-of-sync node that is cordoned as cordoned by someone else: it annotates
+`nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable` and never uncordons it, so the
+verdict's action says to uncordon those nodes before resuming.
 """
 
 from __future__ import annotations
@@ -54,6 +68,10 @@ ACTIONS: Final = {
     Result.FAIL: "pause the rollout (autoUpgrade=false); fix the named field",
     Result.INCONCLUSIVE: "observe during a rollout",
 }
+HALTED_ACTION: Final = (
+    "uncordon the nodes the halted rollout left cordoned (else the operator keeps them cordoned on "
+    "resume), then resume (autoUpgrade=true) and observe the rest of the rollout"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +132,14 @@ def scaled(value: Any, total: int) -> int:
     return int(text) if text.isascii() and text.isdigit() else total  # '²'.isdigit() is True
 
 
+def _labels_removed(before: Snapshot, after: Snapshot) -> bool:
+    """Whether a node that carried the state label carries none now (the halt's cleanup)."""
+    return any(
+        not st.state and (prior := before.nodes.get(n)) is not None and prior.state
+        for n, st in after.nodes.items()
+    )
+
+
 def judge_rollout(
     policy_source: str, policy: Mapping[str, Any], snapshots: Sequence[Snapshot], *, interval_s: float
 ) -> Verdict:
@@ -125,8 +151,10 @@ def judge_rollout(
     }
     facts: dict[str, Any] = {"snapshots": len(snapshots)}
 
-    def verdict(result: Result, reason: str) -> Verdict:
-        return Verdict(CRITERION, SUBJECT, result, ACTIONS[result], RULE_ID, reason, facts, judged_against)
+    def verdict(result: Result, reason: str, action: str = "") -> Verdict:
+        return Verdict(
+            CRITERION, SUBJECT, result, action or ACTIONS[result], RULE_ID, reason, facts, judged_against
+        )
 
     seen = {
         n
@@ -153,7 +181,11 @@ def judge_rollout(
     wait_timeout = float(wait.get("timeoutSeconds") or 0)
     most_upgrading, most_cordoned = 0, 0
     entered_wait: dict[str, float] = {}
+    halt: tuple[Snapshot, Snapshot] | None = None
     for before, after in zip([None, *snapshots], snapshots, strict=False):
+        if before is not None and _labels_removed(before, after):
+            halt = (before, after)
+            break
         managed = [n for n, st in after.nodes.items() if st.state]
         upgrading = sorted(n for n, st in after.nodes.items() if st.state in UPGRADING)
         cordoned = sorted(n for n in managed if after.nodes[n].unschedulable)
@@ -190,11 +222,34 @@ def judge_rollout(
                         f"with {names} still running (timeoutSeconds={wait_timeout:.0f})"
                     )
     facts.update(most_upgrading_at_once=most_upgrading, most_cordoned_at_once=most_cordoned)
+    if halt is not None:
+        last, first_after = halt
+        unfinished = {
+            n: st.state
+            for n, st in sorted(last.nodes.items())
+            if st.state in UPGRADING | {"upgrade-required"}
+        }
+        cordoned = sorted(
+            n
+            for n, st in last.nodes.items()
+            if st.state in UPGRADING and first_after.nodes.get(n, st).unschedulable
+        )
+        facts.update(halted_at=first_after.at, unfinished=unfinished, left_cordoned=cordoned)
     if problems:
         unique = list(dict.fromkeys(problems))
         facts["problems"] = unique
         more = f" (and {len(unique) - 3} more)" if len(unique) > 3 else ""
         return verdict(Result.FAIL, "; ".join(unique[:3]) + more)
+    if halt is not None:
+        named = ", ".join(f"{n} ({state})" for n, state in facts["unfinished"].items()) or "none"
+        return verdict(
+            Result.INCONCLUSIVE,
+            f"rollout halted at t={halt[1].at - snapshots[0].at:g} s: the operator removed {STATE_LABEL} "
+            f"(autoUpgrade=false, or its upgrade controller otherwise disabled); unfinished: {named}; "
+            f"left cordoned: {', '.join(facts['left_cordoned']) or 'none'}; within {policy_source}'s "
+            "policy until then",
+            HALTED_ACTION,
+        )
     return verdict(
         Result.PASS,
         f"{len(seen)} node(s) upgraded within {policy_source}'s policy: at most {most_upgrading} "

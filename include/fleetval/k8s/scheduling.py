@@ -29,6 +29,12 @@ NODE_NAME_MISMATCH: Final = "node(s) didn't match the requested node name"
 # wrote "node(s) had untolerated taint {<key>: <value>}".
 UNTOLERATED_TAINT: Final = "node(s) had untolerated taint(s)"
 NODE_AFFINITY_MISMATCH: Final = "node(s) didn't match Pod's node affinity/selector"
+# The nodes a PreFilter's result leaves out (schedule_one.go findNodesThatFitPod:
+# SetAbsentNodesStatus, UnschedulableAndUnresolvable); NodeAffinity is the default plugin that
+# narrows, on `matchFields` metadata.name In.
+NODE_AFFINITY_PREFILTERED: Final = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+# NodeAffinity's PreFilter when every term names nodes and they intersect to none (errReasonConflict).
+NODE_AFFINITY_CONFLICT: Final = "pod affinity terms conflict"
 NO_FREE_PORTS: Final = "node(s) didn't have free ports for the requested pod ports"
 TOO_MANY_PODS: Final = "Too many pods"
 # PostFilter wording.
@@ -165,6 +171,40 @@ def _matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> b
     if required is None:
         return True
     return node_selector_terms_match(required.get("nodeSelectorTerms"), node)
+
+
+def node_name_affinity(*nodes: str) -> dict[str, Any]:
+    """Required node affinity pinning a pod to one of `nodes` by the Node object's name, as the
+    DaemonSet controller pins its pods (`matchFields` on `metadata.name`, the only field the API
+    accepts there, one value per requirement, so one term per node). The `kubernetes.io/hostname`
+    label is the kubelet's hostname, which need not be the node's name (`--hostname-override`,
+    cloud nodes named by FQDN or instance id)."""
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]} for n in nodes]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def node_affinity_prefilter(pod: Mapping[str, Any]) -> frozenset[str] | None:
+    """The NodeAffinity plugin's PreFilter result: the node names the pod's required terms allow by
+    `matchFields` metadata.name In (None: every node — some term names none, the terms being ORed).
+    Within a term the requirements intersect; across terms they unite. An empty set means the terms
+    conflict: no node is examined (NODE_AFFINITY_CONFLICT)."""
+    required = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        in_term: set[str] | None = None
+        for requirement in (term or {}).get("matchFields") or []:
+            if requirement.get("key") == "metadata.name" and requirement.get("operator") == "In":
+                values = {str(v) for v in requirement.get("values") or []}
+                in_term = values if in_term is None else in_term & values
+        if in_term is None:
+            return None
+        names |= in_term
+    return frozenset(names)
 
 
 def _host_ports(pod: Mapping[str, Any]) -> Iterable[tuple[str, str, int]]:
@@ -353,6 +393,16 @@ def fit_error_message(
     return f"{message} {', '.join(postfilter)}"
 
 
+def conflict_message(
+    total_nodes: int, *, preemption_policy: str | None = None, dynamic_resources: bool = True
+) -> str:
+    """The FailedScheduling message when NodeAffinity's PreFilter rejects the pod (its terms name
+    nodes that intersect to none): FitError's PreFilterMsg instead of a per-node histogram."""
+    postfilter = [NO_CLAIMS_TO_DEALLOCATE] if dynamic_resources else []
+    postfilter.append(preemption_message(total_nodes, preemption_policy=preemption_policy))
+    return f"0/{total_nodes} nodes are available: {NODE_AFFINITY_CONFLICT}. {', '.join(postfilter)}"
+
+
 def failed_scheduling_message(
     pod: Mapping[str, Any],
     nodes: Sequence[Mapping[str, Any]],
@@ -370,7 +420,17 @@ def failed_scheduling_message(
     examined: Counter[str] = Counter()
     candidate = False
     policy = (pod.get("spec") or {}).get("preemptionPolicy")
-    for node in nodes:
+    allowed = node_affinity_prefilter(pod)
+    if allowed is not None and not allowed:
+        return conflict_message(len(nodes), preemption_policy=policy, dynamic_resources=dynamic_resources)
+    if allowed is not None:  # the nodes PreFilter left out are not filtered, nor preemption candidates
+        left_out = [n for n in nodes if _node_name(n) not in allowed]
+        if left_out:
+            reasons[NODE_AFFINITY_PREFILTERED] += len(left_out)
+        nodes_examined = [n for n in nodes if _node_name(n) in allowed]
+    else:
+        nodes_examined = list(nodes)
+    for node in nodes_examined:
         on_node = pods_by_node.get(_node_name(node), ())
         node_reasons = filter_node_reasons(pod, node, on_node)
         if not node_reasons:

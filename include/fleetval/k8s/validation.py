@@ -561,6 +561,84 @@ def _validate_tolerations(tolerations: Sequence[Mapping[str, Any]], path: str) -
     return errs
 
 
+def _validate_node_selector_requirement(req: Mapping[str, Any], path: str) -> list[FieldError]:
+    """`ValidateNodeSelectorRequirement` (matchExpressions, on node labels)."""
+    errs: list[FieldError] = []
+    operator, values = req.get("operator") or "", list(req.get("values") or [])
+    if operator in ("In", "NotIn"):
+        if not values:
+            errs.append(
+                required(_child(path, "values"), "must be specified when `operator` is 'In' or 'NotIn'")
+            )
+    elif operator in ("Exists", "DoesNotExist"):
+        if values:
+            errs.append(
+                forbidden(
+                    _child(path, "values"),
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )
+            )
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            errs.append(
+                required(
+                    _child(path, "values"), "must be specified single value when `operator` is 'Lt' or 'Gt'"
+                )
+            )
+    else:
+        errs.append(invalid(_child(path, "operator"), operator, "not a valid selector operator"))
+    key = str(req.get("key") or "")
+    errs.extend(invalid(_child(path, "key"), key, m) for m in qualified_name(key))
+    for i, value in enumerate(values):
+        errs.extend(invalid(f"{path}.values[{i}]", value, m) for m in label_value(str(value)))
+    return errs
+
+
+def _validate_node_field_selector_requirement(req: Mapping[str, Any], path: str) -> list[FieldError]:
+    """`ValidateNodeFieldSelectorRequirement` (matchFields): In or NotIn with exactly one value, and
+    `metadata.name`, a DNS subdomain, the only key (`nodeFieldSelectorValidators`)."""
+    errs: list[FieldError] = []
+    operator, values = req.get("operator") or "", list(req.get("values") or [])
+    if operator in ("In", "NotIn"):
+        if len(values) != 1:
+            errs.append(
+                required(
+                    _child(path, "values"),
+                    "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                )
+            )
+    else:
+        errs.append(invalid(_child(path, "operator"), operator, "not a valid selector operator"))
+    key = str(req.get("key") or "")
+    if key != "metadata.name":
+        errs.append(invalid(_child(path, "key"), key, "not a valid field selector key"))
+    else:
+        for i, value in enumerate(values):
+            errs.extend(invalid(f"{path}.values[{i}]", value, m) for m in dns1123_subdomain(str(value)))
+    return errs
+
+
+def _validate_affinity(affinity: Mapping[str, Any], path: str) -> list[FieldError]:
+    """`validateAffinity`, its required node affinity only (`ValidateNodeSelector`)."""
+    node_affinity = affinity.get("nodeAffinity") or {}
+    selector = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if selector is None:
+        return []
+    sel_path = _child(_child(path, "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution")
+    terms_path = _child(sel_path, "nodeSelectorTerms")
+    terms = selector.get("nodeSelectorTerms") or []
+    if not terms:
+        return [required(terms_path, "must have at least one node selector term")]
+    errs: list[FieldError] = []
+    for i, term in enumerate(terms):
+        term_path = f"{terms_path}[{i}]"
+        for j, req in enumerate((term or {}).get("matchExpressions") or []):
+            errs.extend(_validate_node_selector_requirement(req, f"{term_path}.matchExpressions[{j}]"))
+        for j, req in enumerate((term or {}).get("matchFields") or []):
+            errs.extend(_validate_node_field_selector_requirement(req, f"{term_path}.matchFields[{j}]"))
+    return errs
+
+
 def validate_pod_spec(spec: Mapping[str, Any], path: str = "spec") -> list[FieldError]:
     """The Pod rules the simulator enforces, in `ValidatePodSpec`'s order."""
     volumes, errs = _validate_volumes(spec.get("volumes") or [], _child(path, "volumes"))
@@ -576,6 +654,7 @@ def validate_pod_spec(spec: Mapping[str, Any], path: str = "spec") -> list[Field
     if restart and restart not in _RESTART_POLICIES:
         errs.append(not_supported(_child(path, "restartPolicy"), restart, _RESTART_POLICIES))
     errs.extend(validate_labels(spec.get("nodeSelector") or {}, _child(path, "nodeSelector")))
+    errs.extend(_validate_affinity(spec.get("affinity") or {}, _child(path, "affinity")))
     account = spec.get("serviceAccountName")
     if account:
         errs.extend(

@@ -7,6 +7,17 @@ scenarios are written in, fair sharing (which picks other victims and gives othe
 reasons), a fleet without the GPU product a flavor must name. Such a scenario is `inconclusive`
 with the reason, never `fail`. Everything read is kept in the run record.
 
+The reader also says when the live Kueue configuration would manage fleetval's own namespace
+(`own_namespace_findings`), facts of Kueue v0.17 (`apis/config/v1beta2/configuration_types.go`,
+`defaults.go`, `pkg/controller/jobs/pod/pod_webhook.go`, `pkg/features/kube_features.go`):
+with `manageJobsWithoutQueueName: true`, a pod-based integration on (`pod`, `deployment`,
+`statefulset`, ...) and `managedJobsNamespaceSelector` selecting the namespace (unset: everything
+but kube-system and Kueue's own namespace), Kueue's pod webhook gates every probe pod there and none
+starts. Excluding the namespace is the cure, but the same selector, since v0.15
+(`ManagedJobsNamespaceSelectorAlwaysRespected`, Beta on by default; GA and locked on in v0.19), also
+stops Kueue reconciling queue-named jobs there: fleetval's MPIJobs, created suspended, would never
+be admitted. Both are findings.
+
 Scenario objects may write `<fleet-gpu-product>` where a real GPU product label value belongs
 (a ResourceFlavor's `nodeLabels`): the run puts the fleet's most common `nvidia.com/gpu.product`
 there.
@@ -22,6 +33,7 @@ from typing import Any, Final
 
 import yaml
 
+from fleetval.k8s.selectors import LabelSelector, Operator, Requirement
 from fleetval.kueue.api import GROUP, VERSION
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"  # GPU Feature Discovery
@@ -29,6 +41,17 @@ FLEET_GPU_PRODUCT: Final = "<fleet-gpu-product>"
 KUEUE_CONFIG_MAP: Final = "kueue-manager-config"
 KUEUE_CONFIG_KEY: Final = "controller_manager_config.yaml"
 MINIMUM_KUEUE: Final = "v0.15"  # the first release serving kueue.x-k8s.io/v1beta2
+OWN_NAMESPACE: Final = "fleetval"  # fleetval.probes.pod.NAMESPACE (no Kubernetes client import here)
+EXEMPT_LABEL: Final = "fleetval.io/kueue-managed"  # "false" on the namespace: deploy/rbac.yaml
+# Integrations whose objects are pods, deployments...: the pod webhook's strong exemption.
+POD_BASED: Final = frozenset(("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset"))
+MPIJOB_FRAMEWORK: Final = "kubeflow.org/mpijob"
+_SELECTOR_OPERATORS: Final = {
+    "In": Operator.IN,
+    "NotIn": Operator.NOT_IN,
+    "Exists": Operator.EXISTS,
+    "DoesNotExist": Operator.DOES_NOT_EXIST,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +63,11 @@ class KueueSettings:
     admission_fair_sharing: bool = False
     wait_for_pods_ready: bool = False
     block_admission: bool = False
+    manage_jobs_without_queue_name: bool = False
+    # As configured; None: Kueue's default (kubernetes.io/metadata.name NotIn kube-system, its namespace)
+    managed_jobs_namespace_selector: dict[str, Any] | None = None
+    frameworks: tuple[str, ...] = ("batch/job",)
+    kueue_namespace: str = "kueue-system"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +76,23 @@ class KueueSettings:
             "admission_fair_sharing": self.admission_fair_sharing,
             "wait_for_pods_ready": self.wait_for_pods_ready,
             "block_admission": self.block_admission,
+            "manage_jobs_without_queue_name": self.manage_jobs_without_queue_name,
+            "managed_jobs_namespace_selector": self.namespace_selector(),
+            "frameworks": list(self.frameworks),
+        }
+
+    def namespace_selector(self) -> dict[str, Any]:
+        """managedJobsNamespaceSelector after Kueue's defaulting (v1beta2 `defaults.go`)."""
+        if self.managed_jobs_namespace_selector is not None:
+            return self.managed_jobs_namespace_selector
+        return {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", self.kueue_namespace],
+                }
+            ]
         }
 
 
@@ -66,8 +111,17 @@ def read_settings(config_map: Mapping[str, Any] | None, why_not: str = "") -> Ku
         return KueueSettings(read=f"{KUEUE_CONFIG_KEY} is not a mapping")
     fair: dict[str, Any] = config["fairSharing"] if isinstance(config.get("fairSharing"), dict) else {}
     ready = config.get("waitForPodsReady") if isinstance(config.get("waitForPodsReady"), dict) else None
+    integrations: dict[str, Any] = (
+        config["integrations"] if isinstance(config.get("integrations"), dict) else {}
+    )
+    frameworks = integrations.get("frameworks")
+    selector = config.get("managedJobsNamespaceSelector")
     return KueueSettings(
         read="yes",
+        manage_jobs_without_queue_name=config.get("manageJobsWithoutQueueName") is True,
+        managed_jobs_namespace_selector=dict(selector) if isinstance(selector, dict) else None,
+        frameworks=tuple(str(f) for f in frameworks) if isinstance(frameworks, list) else ("batch/job",),
+        kueue_namespace=str(config.get("namespace") or "kueue-system"),
         # v1beta1 has fairSharing.enable; in v1beta2 the section being there turns it on
         fair_sharing=isinstance(config.get("fairSharing"), dict) and bool(fair.get("enable", True)),
         admission_fair_sharing=isinstance(config.get("admissionFairSharing"), dict),
@@ -76,12 +130,79 @@ def read_settings(config_map: Mapping[str, Any] | None, why_not: str = "") -> Ku
     )
 
 
+def _selector(raw: Mapping[str, Any]) -> LabelSelector | None:
+    """metav1.LabelSelectorAsSelector (None: an invalid selector, which Kueue refuses at start)."""
+    requirements = [
+        Requirement(str(k), Operator.EQUALS, (str(v),)) for k, v in (raw.get("matchLabels") or {}).items()
+    ]
+    for expression in raw.get("matchExpressions") or []:
+        operator = _SELECTOR_OPERATORS.get(str(expression.get("operator")))
+        if operator is None:
+            return None
+        values = tuple(str(v) for v in expression.get("values") or ())
+        requirements.append(Requirement(str(expression.get("key", "")), operator, values))
+    return LabelSelector(tuple(requirements))
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    parts = version.lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def own_namespace_findings(
+    settings: KueueSettings,
+    namespace_labels: Mapping[str, str] | None,
+    kueue_version: str,
+    namespace: str = OWN_NAMESPACE,
+) -> list[str]:
+    """What the live Kueue configuration does to fleetval's own namespace: its pods gated (managed
+    without a queue name), or its queue-named MPIJobs never admitted (excluded while Kueue respects
+    the selector for every job). Empty when neither, or when the configuration or the namespace
+    could not be read."""
+    if settings.read != "yes" or namespace_labels is None:
+        return []
+    selector = _selector(settings.namespace_selector())
+    labels = {**namespace_labels, "kubernetes.io/metadata.name": namespace}
+    selected = selector is not None and selector.matches(labels)
+    shown = json.dumps(settings.namespace_selector(), sort_keys=True)
+    findings = []
+    pod_based = sorted(POD_BASED & set(settings.frameworks))
+    if settings.manage_jobs_without_queue_name and selected and pod_based:
+        findings.append(
+            f"Kueue manages namespace {namespace}: manageJobsWithoutQueueName is true, the "
+            f"{', '.join(pod_based)} integration is on and managedJobsNamespaceSelector {shown} selects "
+            f"the namespace, so Kueue gates every probe and worker pod there (kueue.x-k8s.io/admission "
+            f"scheduling gate) and none starts: label the namespace {EXEMPT_LABEL}=false and merge the "
+            "selector expression of deploy/kueue-manager-config.yaml into the site's configuration"
+        )
+    release = _release(kueue_version)
+    always = release is None or release >= (0, 15)
+    if not selected and always and MPIJOB_FRAMEWORK in settings.frameworks:
+        when = "is" if release is None or release >= (0, 19) else "is, unless its feature gate is off,"
+        findings.append(
+            f"managedJobsNamespaceSelector {shown} excludes namespace {namespace} and Kueue "
+            f"{kueue_version} {when} respecting it for every job "
+            "(ManagedJobsNamespaceSelectorAlwaysRespected: on by default since v0.15, locked on since "
+            "v0.19): fleetval's MPIJobs there, created "
+            "suspended with a queue name, are never admitted and the multi-node NCCL probes time out"
+        )
+    return findings
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
     kueue_version: str
     served: tuple[str, ...] | None  # kueue.x-k8s.io versions the API serves; None: no such group
     settings: KueueSettings
     gpu_products: Mapping[str, int] = field(default_factory=dict)  # product -> nodes
+    own_namespace_labels: Mapping[str, str] | None = None  # fleetval's namespace; None: not read
+
+    @property
+    def findings(self) -> list[str]:
+        return own_namespace_findings(self.settings, self.own_namespace_labels, self.kueue_version)
 
     @property
     def fleet_gpu_product(self) -> str | None:
@@ -95,6 +216,7 @@ class ClusterFacts:
             "served_versions": list(self.served) if self.served is not None else None,
             "settings": self.settings.to_json(),
             "gpu_products": dict(self.gpu_products),
+            "findings": self.findings,
         }
 
 

@@ -26,6 +26,7 @@ from fleetval.errors import ParseError
 from fleetval.kueue.api import GROUP, PLURALS, POD_GROUP_LABEL, RETRIABLE_IN_GROUP, VERSION
 from fleetval.kueue.cluster_facts import (
     KUEUE_CONFIG_MAP,
+    OWN_NAMESPACE,
     ClusterFacts,
     gpu_products,
     read_settings,
@@ -205,7 +206,13 @@ class ScenarioRunner:
             why = f"no ConfigMap {where}" if exc.status == 404 else f"{where}: {exc.status} {exc.reason}"
             settings = read_settings(None, why)
         labels = [dict(n.metadata.labels or {}) for n in self.core.list_node().items]
-        return ClusterFacts(self.record.kueue_version, served, settings, gpu_products(labels))
+        own: dict[str, str] | None = None  # fleetval's namespace: would Kueue gate the probes there?
+        try:  # list, which the scenario role grants (deploy/rbac.yaml), not get
+            listed = self.core.list_namespace(field_selector=f"metadata.name={OWN_NAMESPACE}").items
+            own = dict(listed[0].metadata.labels or {}) if listed else None
+        except ApiException:
+            pass
+        return ClusterFacts(self.record.kueue_version, served, settings, gpu_products(labels), own)
 
     def _elapsed(self) -> float:
         return self.clock() - self._start

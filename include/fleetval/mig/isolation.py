@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fleetval.errors import ParseError
+from fleetval.k8s.scheduling import node_name_affinity
 from fleetval.mig.parser import MigGpu, parse_mig_list
 from fleetval.mig.smi import SmiReport, parse_smi
 from fleetval.probes.pod import ProbeSpec
@@ -204,7 +205,7 @@ def fill_pod(
         },
         "spec": {
             "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node},
+            "affinity": node_name_affinity(node),  # by the Node's name, not its hostname label
             "serviceAccountName": "fleetval-probe",
             "terminationGracePeriodSeconds": 5,
             "activeDeadlineSeconds": 21600,  # never outlives a run that forgot it by more than 6 h

@@ -7,11 +7,15 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
+from fleetval.nccl.exit_codes import ANY_VERSION_REPORTED
 from fleetval.probes.pod import ProbeSpec
 
-# nccl-tests (common.h): 1 wrong results, 3 an NCCL error, 4 its own -T timeout. The output holds
-# the evidence; 2 (a CUDA error: the GPUs could not be used) and anything else is the harness.
-NCCL_REPORTED_EXIT_CODES: Final = (0, 1, 3, 4)
+# The codes nccl-tests reports a result with in some version (`fleetval.nccl.exit_codes`: wrong
+# results are 1 up to v2.17.2, 6 in v2.17.3-v2.17.6, 7 from v2.17.7; 3 an NCCL error, 4 its own -T
+# timeout): (0, 1, 3, 4, 6, 7). The version is only known from the output, so the spec declares
+# them all and `exit_codes.exit_code_problem(code, raw)` reads the code by the version the output
+# prints; 2 (a CUDA error: the GPUs could not be used), 5 and anything else is the harness.
+NCCL_REPORTED_EXIT_CODES: Final = ANY_VERSION_REPORTED
 # nccl-tests with OpenMPI (CoreWeave's public build: CUDA 12.4.1, NCCL 2.21.5), pinned by tag; a
 # site build with the fabric's plugins (or a digest) is passed as `image`.
 NCCL_TESTS_IMAGE: Final = "ghcr.io/coreweave/nccl-tests:12.4.1-cudnn-devel-ubuntu20.04-nccl2.21.5-1-85f9143"

@@ -92,8 +92,27 @@ def probe_label(probe_key: str) -> str:
     return hashlib.sha256(probe_key.encode()).hexdigest()[:16]
 
 
+def node_affinity(node: str) -> k8s.V1Affinity:
+    """Required node affinity on the Node's name (`matchFields` metadata.name In), as the DaemonSet
+    controller pins its pods: the `kubernetes.io/hostname` label is the kubelet's hostname, not
+    necessarily the node's name (`fleetval.k8s.scheduling.node_name_affinity`)."""
+    return k8s.V1Affinity(
+        node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
+                node_selector_terms=[
+                    k8s.V1NodeSelectorTerm(
+                        match_fields=[
+                            k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+
+
 def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
-    """KubernetesPodOperator arguments for one probe: pinned to its node, its GPUs, tolerating
+    """KubernetesPodOperator arguments for one probe: pinned to its node by name, its GPUs, tolerating
     our own maintenance and onboarding taints (a cordoned node under diagnosis, a new node not yet
     in service, must still run the probe).
 
@@ -130,7 +149,7 @@ def kpo_kwargs(spec: ProbeSpec) -> dict[str, Any]:
             PROBE_LABEL: probe_label(spec.probe_key),
         },
         "annotations": {"fleetval.io/probe-key": spec.probe_key},
-        "node_selector": {"kubernetes.io/hostname": spec.node},
+        "affinity": node_affinity(spec.node),
         # A probe of no GPUs requests none at all (D-OP-03's pod must be one that asked for no GPU).
         "container_resources": k8s.V1ResourceRequirements(
             limits={spec.gpu_resource: str(spec.gpus)},

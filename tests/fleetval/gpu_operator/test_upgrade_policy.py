@@ -147,3 +147,33 @@ def test_a_simulated_rollout_that_swaps_the_driver_under_a_job_fails_naming_pod_
         for n in kube.core.list_node().items
     }
     assert set(states.values()) == {"upgrade-done"}  # observed to the end of the rollout
+
+
+def test_a_halt_that_erases_the_state_labels_is_inconclusive_not_a_pass_or_a_false_fail() -> None:
+    """autoUpgrade=false makes the operator delete the state label from every node, one patch per
+    node (gpu-operator v26.7.0 controllers/upgrade_controller.go removeNodeUpgradeStateLabels);
+    cordons stay. A snapshot mid-cleanup must not shrink the managed count under maxUnavailable,
+    and a rollout stopped half way did not "upgrade within its policy"."""
+    eight = {f"n{i}": ("upgrade-done", False) for i in range(8)}
+    midway = {"n0": ("cordon-required", True), "n1": ("wait-for-jobs-required", True)}
+    erased = {f"n{i}": ("", False) for i in range(2, 8)}
+    halted = series(
+        eight | midway,
+        erased | midway,  # the cleanup half done: n0 and n1 still labelled
+        erased | {"n0": ("", True), "n1": ("", True)},
+    )
+    policy = {**POLICY, "maxParallelUpgrades": 2}
+    verdict = judge_rollout("p", policy, halted, interval_s=10)
+    assert verdict.result is Result.INCONCLUSIVE, verdict.reason
+    assert verdict.reason.startswith("rollout halted at t=10 s")
+    assert "n0 (cordon-required), n1 (wait-for-jobs-required)" in verdict.reason
+    assert verdict.evidence["halted_at"] == 10.0
+    assert verdict.evidence["unfinished"] == {"n0": "cordon-required", "n1": "wait-for-jobs-required"}
+    assert verdict.evidence["left_cordoned"] == ["n0", "n1"]
+    assert "uncordon" in verdict.action
+    # Only the cleanup's last patch seen: the same.
+    quick = judge_rollout("p", policy, [halted[0], halted[2]], interval_s=10)
+    assert quick.result is Result.INCONCLUSIVE and quick.evidence["left_cordoned"] == ["n0", "n1"]
+    # A breach before the halt still fails.
+    breach = series(eight | midway | {"n2": ("drain-required", True)}, erased | midway)
+    assert judge_rollout("p", policy, breach, interval_s=10).result is Result.FAIL

@@ -11,6 +11,7 @@ from fleetval.k8s.scheduling import (
     NO_FREE_PORTS,
     NO_PREEMPTION_VICTIMS,
     NODE_AFFINITY_MISMATCH,
+    NODE_AFFINITY_PREFILTERED,
     NODE_NAME_MISMATCH,
     PREEMPTION_NOT_HELPFUL,
     TOO_MANY_PODS,
@@ -20,6 +21,8 @@ from fleetval.k8s.scheduling import (
     filter_node,
     filter_node_reasons,
     fit_error_message,
+    node_affinity_prefilter,
+    node_name_affinity,
     nodes_available_message,
     parse_quantity,
     pod_requests,
@@ -412,4 +415,59 @@ def test_failed_scheduling_message_for_a_fleet() -> None:
     assert failed_scheduling_message(pod, nodes, {"r01-n01": [low]}) == (
         "0/16 nodes are available: 1 Insufficient nvidia.com/gpu, 15 node(s) didn't match Pod's node "
         "affinity/selector."
+    )
+
+
+def test_a_pod_pinned_by_node_name_fits_a_node_whose_hostname_label_differs() -> None:
+    """The kubelet's hostname label need not be the Node's name (cloud nodes named by FQDN): a
+    probe pinned by matchFields metadata.name lands there; one pinned by the hostname label with
+    the node's name does not."""
+    named = "ip-10-0-1-3.ec2.internal"
+    node = gpu_node(named) | {
+        "metadata": {"name": named, "labels": {"kubernetes.io/hostname": "ip-10-0-1-3"}}
+    }
+    others = [gpu_node(f"r01-n{i:02d}") for i in range(1, 4)]
+    pinned = probe_pod(None, affinity=node_name_affinity(named))
+    assert node_affinity_prefilter(pinned) == {named}
+    assert filter_node_reasons(pinned, node, []) == ()
+    assert filter_node(pinned, others[0], []) == NODE_AFFINITY_MISMATCH
+    assert failed_scheduling_message(pinned, [*others, node], {}) is None
+    by_label = probe_pod(named)  # nodeSelector kubernetes.io/hostname=<node name>
+    assert filter_node(by_label, node, []) == NODE_AFFINITY_MISMATCH
+    # A busy node: the nodes NodeAffinity's PreFilter left out are counted as kube-scheduler counts them.
+    busy = [running(probe_pod(None), named)]
+    assert failed_scheduling_message(pinned, [*others, node], {named: busy}) == (
+        f"0/4 nodes are available: 1 Insufficient {GPU}, 3 {NODE_AFFINITY_PREFILTERED}. "
+        "no new claims to deallocate, preemption: 0/4 nodes are available: 1 No preemption victims "
+        "found for incoming pod, 3 Preemption is not helpful for scheduling."
+    )
+
+
+def test_node_affinity_prefilter_narrows_only_on_metadata_name_in() -> None:
+    def terms(*each: list[dict[str, Any]]) -> dict[str, Any]:
+        return probe_pod(
+            None,
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": t} for t in each]
+                    }
+                }
+            },
+        )
+
+    def name(op: str, value: str) -> dict[str, Any]:
+        return {"key": "metadata.name", "operator": op, "values": [value]}
+
+    assert node_affinity_prefilter(probe_pod("a")) is None  # a label selector does not narrow
+    assert node_affinity_prefilter(terms([name("In", "a")], [name("In", "b")])) == {"a", "b"}
+    assert node_affinity_prefilter(terms([name("In", "a")], [name("NotIn", "b")])) is None
+    either = probe_pod(None, affinity=node_name_affinity("a", "b"))  # one term per node, ORed
+    assert node_affinity_prefilter(either) == {"a", "b"}
+    assert filter_node(either, gpu_node("b"), []) is None
+    conflict = terms([name("In", "a"), name("In", "b")])
+    assert node_affinity_prefilter(conflict) == frozenset()
+    assert failed_scheduling_message(conflict, [gpu_node("a"), gpu_node("b")], {}) == (
+        "0/2 nodes are available: pod affinity terms conflict. no new claims to deallocate, "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )

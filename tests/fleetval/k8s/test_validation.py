@@ -320,6 +320,62 @@ def test_tolerations_and_volume_mounts() -> None:
     assert causes[1]["message"] == 'Unsupported value: "Maybe": supported values: "Equal", "Exists"'
 
 
+def test_required_node_affinity_pins_by_metadata_name_only() -> None:
+    """matchFields accepts only metadata.name, In/NotIn with one DNS-subdomain value
+    (ValidateNodeFieldSelectorRequirement); the probe's pin passes, for every probe node name."""
+    from kubernetes.client import ApiClient
+
+    from fleetval.dcgm.probe import dcgm_diag_probe
+    from fleetval.k8s.scheduling import node_name_affinity
+    from fleetval.probes.pod import kpo_kwargs
+
+    probe = kpo_kwargs(dcgm_diag_probe("ip-10-0-1-3.ec2.internal", level=2, gpus=8, run_key="k"))
+    validate_core(pod(affinity=ApiClient().sanitize_for_serialization(probe["affinity"])))
+    validate_core(pod(affinity=node_name_affinity("r01-n01", "r01-n02")))
+
+    def field(**requirement: Any) -> dict[str, Any]:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"], **requirement}]}
+        return {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+
+    base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    causes = refused(pod(affinity=field(key="metadata.labels"))).body["details"]["causes"]
+    assert causes == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "metadata.labels": not a valid field selector key',
+            "field": f"{base}[0].matchFields[0].key",
+        }
+    ]
+    causes = refused(pod(affinity=field(values=["a", "b"]))).body["details"]["causes"]
+    assert [(c["field"], c["message"]) for c in causes] == [
+        (
+            f"{base}[0].matchFields[0].values",
+            "Required value: must be only one value when `operator` is 'In' or 'NotIn' "
+            "for node field selector",
+        )
+    ]
+    causes = refused(pod(affinity=field(operator="Exists", values=["N_1"]))).body["details"]["causes"]
+    assert [(c["field"], c["reason"]) for c in causes] == [
+        (f"{base}[0].matchFields[0].operator", "FieldValueInvalid"),
+        (f"{base}[0].matchFields[0].values[0]", "FieldValueInvalid"),
+    ]
+    empty = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+    [cause] = refused(pod(affinity=empty)).body["details"]["causes"]
+    assert cause["message"] == "Required value: must have at least one node selector term"
+    label = {"key": "kubernetes.io/hostname", "operator": "Exists", "values": ["x"]}
+    labels = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [label]}]
+            }
+        }
+    }
+    [cause] = refused(pod(affinity=labels)).body["details"]["causes"]
+    assert cause["reason"] == "FieldValueForbidden" and cause["field"].endswith("matchExpressions[0].values")
+
+
 # --- custom resources ----------------------------------------------------------------------------
 
 

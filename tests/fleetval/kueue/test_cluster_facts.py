@@ -3,6 +3,8 @@ is inconclusive with the reason, never failed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetval.kueue.cluster_facts import (
     ClusterFacts,
     KueueSettings,
@@ -87,3 +89,41 @@ def test_the_fleet_product_goes_where_the_scenario_names_it() -> None:
     assert with_fleet_product(flavor, "NVIDIA-H200") == {
         "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}
     }
+
+
+def settings_of(extra: str) -> Any:
+    return read_settings({"data": {"controller_manager_config.yaml": CONFIG + extra}})
+
+
+POD_INTEGRATION = "integrations:\n  frameworks: [batch/job, kubeflow.org/mpijob, pod]\n"
+
+
+def test_kueue_managing_fleetvals_own_namespace_is_a_finding() -> None:
+    from fleetval.kueue.cluster_facts import own_namespace_findings
+
+    managing = settings_of("manageJobsWithoutQueueName: true\n" + POD_INTEGRATION)
+    assert managing.manage_jobs_without_queue_name and "pod" in managing.frameworks
+    # The default selector (unset: all but kube-system and kueue-system) selects fleetval.
+    [finding] = own_namespace_findings(managing, {}, "v0.17.8")
+    assert finding.startswith("Kueue manages namespace fleetval: manageJobsWithoutQueueName is true, the pod")
+    assert "fleetval.io/kueue-managed=false" in finding
+    on_cluster = ClusterFacts("v0.17.8", ("v1beta2",), managing, {}, {"team": "x"})
+    assert on_cluster.to_json()["findings"] == [finding]
+    # Not managing without a queue name, or no pod-based integration, or the namespace not read: none.
+    assert own_namespace_findings(settings_of(POD_INTEGRATION), {}, "v0.17.8") == []
+    assert own_namespace_findings(settings_of("manageJobsWithoutQueueName: true\n"), {}, "v0.17.8") == []
+    assert own_namespace_findings(managing, None, "v0.17.8") == []
+    # Excluded by the shipped label and expression: no gating, but Kueue v0.15+ then ignores the
+    # queue-named MPIJobs there too, which is the other finding.
+    excluding = settings_of(
+        "manageJobsWithoutQueueName: true\n"
+        + POD_INTEGRATION
+        + "managedJobsNamespaceSelector:\n  matchExpressions:\n"
+        + "    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kueue-system]}\n"
+        + '    - {key: fleetval.io/kueue-managed, operator: NotIn, values: ["false"]}\n'
+    )
+    [mpijobs] = own_namespace_findings(excluding, {"fleetval.io/kueue-managed": "false"}, "v0.17.8")
+    assert mpijobs.startswith("managedJobsNamespaceSelector") and "never admitted" in mpijobs
+    assert "unless its feature gate is off" in mpijobs
+    assert own_namespace_findings(excluding, {"fleetval.io/kueue-managed": "false"}, "v0.14.2") == []
+    assert own_namespace_findings(excluding, {}, "v0.17.8") != []  # unlabelled: gated again

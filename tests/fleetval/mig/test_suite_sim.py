@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiClient
 
 from fleetval.mig import suite
 from fleetval.mig.catalog import read_mig_parted_config
@@ -47,7 +48,7 @@ def run_probe(kube: Any, spec: ProbeSpec, store: Any, run_id: int) -> None:
             "metadata": {"name": name, "labels": kw["labels"]},
             "spec": {
                 "restartPolicy": "Never",
-                "nodeSelector": kw["node_selector"],
+                "affinity": ApiClient().sanitize_for_serialization(kw["affinity"]),
                 "tolerations": [
                     {"key": t.key, "operator": t.operator, "effect": t.effect} for t in kw["tolerations"]
                 ],

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetval.dcgm.parser import parse_dcgm
 from fleetval.dcgm.probe import DCGM_IMAGE
+from fleetval.k8s.scheduling import node_name_affinity
 from fleetval.nccl.mpijob import job_state, mpijob_manifest
 from fleetval.nccl.parser import parse_nccl
 from fleetval.nccl.probe import nccl_probe
@@ -383,6 +384,50 @@ def test_pod_anti_affinity_keeps_two_pods_off_one_node(sim_kube: Any) -> None:
     kube.core.delete_namespaced_pod("first", NS, grace_period_seconds=0)  # its sleep ignores SIGTERM
     placed = eventually(lambda: kube.core.read_namespaced_pod("second", NS).spec.node_name)
     assert placed == "r01-n04"
+
+
+def test_a_probe_lands_on_a_node_whose_hostname_label_is_not_its_name(sim_kube: Any) -> None:
+    """The kubelet's `kubernetes.io/hostname` label need not be the Node's name (a cloud node named
+    by FQDN, `--hostname-override`): the probe pod, as the probe operator renders it, is pinned by
+    `matchFields` metadata.name and still lands; the simulated scheduler reads the label as a label."""
+    from kubernetes.client import ApiClient
+
+    from fleetval.dcgm.probe import dcgm_diag_probe
+    from fleetval_airflow.probe_pod import ProbePodOperator
+
+    kube = serve(sim_kube)
+    kube.core.patch_node("r01-n03", {"metadata": {"labels": {"kubernetes.io/hostname": "gpu-host-3"}}})
+    spec = dcgm_diag_probe("r01-n03", level=1, gpus=8, run_key="t")
+    op = ProbePodOperator(task_id="probe", probe=spec.to_json(), fv_run=0, deferrable=False)
+    manifest = ApiClient().sanitize_for_serialization(op.build_pod_request_obj(dry_run=False))
+    manifest["metadata"]["name"] = "pinned"
+    kube.core.create_namespaced_pod(NS, manifest)
+    assert eventually(lambda: kube.core.read_namespaced_pod("pinned", NS).spec.node_name) == "r01-n03"
+
+    def by_label(name: str, hostname: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": hostname},
+                "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"]}],
+            },
+        }
+
+    kube.core.create_namespaced_pod(NS, by_label("by-label", "gpu-host-3"))
+    assert eventually(lambda: kube.core.read_namespaced_pod("by-label", NS).spec.node_name) == "r01-n03"
+    kube.core.create_namespaced_pod(NS, by_label("by-name", "r01-n03"))  # the old pinning
+    [failed] = eventually(lambda: [e for e in events(kube, "by-name") if e.reason == "FailedScheduling"])
+    assert failed.message.startswith(
+        "0/16 nodes are available: 16 node(s) didn't match Pod's node affinity/selector."
+    )
+
+    gone = {**manifest, "metadata": {**manifest["metadata"], "name": "gone"}}
+    gone["spec"]["affinity"] = node_name_affinity("r09-n99")
+    kube.core.create_namespaced_pod(NS, gone)
+    [failed] = eventually(lambda: [e for e in events(kube, "gone") if e.reason == "FailedScheduling"])
+    assert failed.message.startswith(
+        "0/16 nodes are available: 16 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    )
 
 
 # --- GPU Operator driver upgrades -------------------------------------------------------------------

@@ -1096,11 +1096,29 @@ class SimKubeCluster:
                 self._unschedulable(key, pod, len(nodes), collections.Counter(), now, message=message)
                 continue
             pinned = spec.get("nodeName")
+            allowed = None if pinned else scheduling.node_affinity_prefilter(pod)
+            left_out_reason = scheduling.NODE_AFFINITY_MISMATCH
             if pinned:
                 candidates = [pinned] if pinned in nodes else []
+            elif allowed is not None:
+                # NodeAffinity's PreFilter (matchFields metadata.name In): only the named nodes
+                # are filtered; the rest are UnschedulableAndUnresolvable without a look.
+                if not allowed:
+                    message = scheduling.conflict_message(len(nodes))
+                    self._unschedulable(key, pod, len(nodes), collections.Counter(), now, message=message)
+                    continue
+                candidates = sorted(n for n in allowed if n in nodes)
+                left_out_reason = scheduling.NODE_AFFINITY_PREFILTERED
             else:
+                # A shortcut, not a PreFilter: the hostname label is the kubelet's hostname, which
+                # need not be the node's name, so it selects by label like any nodeSelector.
                 hostname = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
-                candidates = [hostname] if hostname in nodes else ([] if hostname else sorted(nodes))
+                candidates = sorted(
+                    n
+                    for n, node in nodes.items()
+                    if hostname is None
+                    or (node["metadata"].get("labels") or {}).get("kubernetes.io/hostname") == hostname
+                )
             reasons: collections.Counter[str] = collections.Counter()
             chosen = None
             for name in candidates:
@@ -1116,7 +1134,7 @@ class SimKubeCluster:
                 reasons.update(why)
             unmatched = len(nodes) - len(candidates)
             if unmatched:
-                reasons["node(s) didn't match Pod's node affinity/selector"] += unmatched
+                reasons[left_out_reason] += unmatched
             if chosen is None:
                 self._unschedulable(key, pod, len(nodes), reasons, now)
                 continue
