@@ -42,7 +42,7 @@ _PER_POD_FIELDS = (
     "env_vars",
     "labels",
     "annotations",
-    "node_selector",
+    "affinity",  # the node, by name (fleetval.probes.pod.node_affinity)
     "container_resources",
     "volumes",
     "volume_mounts",
