@@ -531,10 +531,11 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     server.start()
     stop = threading.Event()
     try:
+        # The handler before the line a caller waits for: a SIGTERM right after it still saves state.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         kubeconfig = server.write_kubeconfig(kubeconfig_path)
         _emit({"fleet": spec.name, "server": server.url, "kubeconfig": str(kubeconfig), "db": db})
         sys.stdout.flush()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         stop.wait()
     except KeyboardInterrupt:
         pass

@@ -33,10 +33,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server, thread = start_http_server(args.port, addr=args.host, registry=registry)
     stop = threading.Event()
     try:
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before the line a caller waits for
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(json.dumps({"metrics": f"http://{host}:{server.server_port}/metrics"}))
         sys.stdout.flush()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         stop.wait()
     except KeyboardInterrupt:
         pass

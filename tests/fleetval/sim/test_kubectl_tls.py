@@ -95,8 +95,8 @@ class Served:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        # -SIGTERM: stopped right after it printed, before its own SIGTERM handler was set
-        assert self.proc.wait(timeout=SERVE_TIMEOUT_S) in (0, -signal.SIGTERM)
+        # its handler is set before it prints: a SIGTERM at any time after is a clean stop
+        assert self.proc.wait(timeout=SERVE_TIMEOUT_S) == 0
 
 
 @pytest.fixture(scope="module")
