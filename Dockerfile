@@ -21,6 +21,8 @@ COPY --chown=airflow:0 dags /opt/airflow/dags
 # The fleet-health page (an api-server plugin: plugins/fleet_health_plugin.py and its package).
 COPY --chown=airflow:0 plugins /opt/airflow/plugins
 COPY --chown=airflow:0 pools.json /opt/fleetval/pools.json
+# Imported by every Airflow process at start-up: tasks fork with the Kubernetes clients loaded.
+COPY --chown=airflow:0 deploy/airflow_local_settings.py /opt/airflow/config/airflow_local_settings.py
 ENV AIRFLOW__CORE__DAGS_FOLDER=/opt/airflow/dags \
     AIRFLOW__CORE__PLUGINS_FOLDER=/opt/airflow/plugins \
     AIRFLOW__CORE__LOAD_EXAMPLES=False

@@ -12,10 +12,14 @@ overhead. The reference, measured in the same run on the same Airflow, is a chai
 sequential steps made of empty tasks (`fleetval_bench_chain`, one task per step): Airflow's own
 floor for that many dependent steps. Sizes alternate (2, 16, 16, 2, …) over `--samples` rounds.
 
-Prints the load average, each sample, then the figures last: wall per size, idle share, and the
-onboarding's wall over the empty chain's.
+With `--compare-preimport` each sample runs twice, on an Airflow with deploy/airflow_local_settings.py
+(the Kubernetes clients imported once per worker) and on one without (imported by every task),
+order alternating.
 
-    python bench/onboarding_overhead.py [--sizes 2 16] [--samples 1]
+Prints the load average, each sample, then the figures last: wall per size, idle share, the
+onboarding's wall over the empty chain's and, compared, the ratio without / with the pre-import.
+
+    python bench/onboarding_overhead.py [--sizes 2 16] [--samples 1] [--compare-preimport]
 """
 
 from __future__ import annotations
@@ -116,6 +120,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="sequential steps of the reference chain")
     ap.add_argument("--parallelism", type=int, default=4, help="LocalExecutor workers")
     ap.add_argument(
+        "--compare-preimport",
+        action="store_true",
+        help="also run without deploy/airflow_local_settings.py (each task imports the Kubernetes clients)",
+    )
+    ap.add_argument(
         "--db",
         default=os.environ.get(
             "FLEETVAL_TEST_DB_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
@@ -127,9 +136,10 @@ def main() -> None:
     spec = fleet(NODES_PER_RACK)
     spec["faults"] = []
     print(f"load average at start: {os.getloadavg()}")
-    walls: dict[int, list[float]] = {n: [] for n in args.sizes}
-    idle: dict[int, list[float]] = {n: [] for n in args.sizes}
-    chains: list[float] = []
+    sides = ("preimport", "plain") if args.compare_preimport else ("preimport",)
+    walls: dict[tuple[str, int], list[float]] = {(side, n): [] for side in sides for n in args.sizes}
+    idle: dict[tuple[str, int], list[float]] = {key: [] for key in walls}
+    chains: dict[str, list[float]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="fleetval-bench-") as tmp:
         home = pathlib.Path(tmp)
         dags = home / "dags"
@@ -138,51 +148,65 @@ def main() -> None:
         (dags / "bench_chain.py").write_text(CHAIN_FILE.format(dag_id=CHAIN_DAG, steps=args.steps))
         url = fresh_db(args.db)
         server = start_cluster(spec, url)
-        airflow = LocalAirflow(
-            home / "af",
-            url,
-            server.write_kubeconfig(home / "kubeconfig"),
-            dags_folder=dags,
-            parallelism=args.parallelism,
-            deferrable_probes=False,
-        )
         try:
-            airflow.start()
             for sample in range(args.samples):
+                order = sides if sample % 2 == 0 else tuple(reversed(sides))
                 sizes = args.sizes if sample % 2 == 0 else list(reversed(args.sizes))
-                chains.append(empty_chain(airflow))
-                print(f"sample {sample + 1} empty chain of {args.steps} steps: {chains[-1]:6.1f} s")
-                for n in sizes:
-                    server.stop()  # a fresh cluster: the previous run's labels and taints gone
-                    server = start_cluster(spec, url)
-                    server.write_kubeconfig(airflow.kubeconfig)
-                    nodes = [f"r000-n{i:02d}" for i in range(1, n + 1)]
-                    took, tl = onboard(airflow, server, nodes)
-                    walls[n].append(took)
-                    idle[n].append(max(0.0, took - tl["busy_s"]))
-                    print(
-                        f"sample {sample + 1} {n:2d} nodes: {took:6.1f} s, {tl['ran']} task instances ran "
-                        f"({tl['tasks']} tasks), some task running {tl['busy_s']:.1f} s, "
-                        f"none {idle[n][-1]:.1f} s"
-                        f"  load {os.getloadavg()[0]:.2f}"
+                for side in order:
+                    # "plain": no airflow_local_settings, each task imports the Kubernetes clients itself
+                    airflow = LocalAirflow(
+                        home / f"af-{side}-{sample}",
+                        url,
+                        server.write_kubeconfig(home / "kubeconfig"),
+                        dags_folder=dags,
+                        parallelism=args.parallelism,
+                        deferrable_probes=False,
+                        **({} if side == "preimport" else {"local_settings": None}),
                     )
+                    try:
+                        airflow.start()
+                        chains[side].append(empty_chain(airflow))
+                        print(
+                            f"sample {sample + 1} {side}: empty chain of {args.steps} steps "
+                            f"{chains[side][-1]:6.1f} s"
+                        )
+                        for n in sizes:
+                            server.stop()  # a fresh cluster: the previous run's labels and taints gone
+                            server = start_cluster(spec, url)
+                            server.write_kubeconfig(airflow.kubeconfig)
+                            nodes = [f"r000-n{i:02d}" for i in range(1, n + 1)]
+                            took, tl = onboard(airflow, server, nodes)
+                            walls[(side, n)].append(took)
+                            idle[(side, n)].append(max(0.0, took - tl["busy_s"]))
+                            print(
+                                f"sample {sample + 1} {side}: {n:2d} nodes {took:6.1f} s, {tl['ran']} task "
+                                f"instances ran ({tl['tasks']} tasks), "
+                                f"some task running {tl['busy_s']:.1f} s, "
+                                f"none {idle[(side, n)][-1]:.1f} s  load {os.getloadavg()[0]:.2f}"
+                            )
+                    finally:
+                        airflow.stop()
         finally:
-            airflow.stop()
             server.stop()
             drop_db(args.db, url)
     print(f"load average at end: {os.getloadavg()}")
-    chain = statistics.median(chains)
-    per_step = chain / args.steps
-    print(
-        f"empty chain: {chain:.1f} s for {args.steps} steps = {per_step:.2f} s "
-        "a dependent step (Airflow's floor)"
-    )
-    for n in args.sizes:
-        w, i = statistics.median(walls[n]), statistics.median(idle[n])
-        print(
-            f"onboarding {n:2d} nodes: {w:.1f} s wall (median of {len(walls[n])}), no task running "
-            f"{i:.1f} s ({100 * i / w:.0f} %), = {w / per_step:.0f} empty-chain steps"
-        )
+    for side in sides:
+        chain = statistics.median(chains[side])
+        per_step = chain / args.steps
+        print(f"{side}: empty chain {chain:.1f} s for {args.steps} steps = {per_step:.2f} s a dependent step")
+        for n in args.sizes:
+            w, i = statistics.median(walls[(side, n)]), statistics.median(idle[(side, n)])
+            print(
+                f"{side}: onboarding {n:2d} nodes {w:.1f} s wall (median of {len(walls[(side, n)])}), "
+                f"no task running {i:.1f} s ({100 * i / w:.0f} %), = {w / per_step:.0f} empty-chain steps"
+            )
+    if args.compare_preimport:
+        for n in args.sizes:
+            pre, plain = statistics.median(walls[("preimport", n)]), statistics.median(walls[("plain", n)])
+            print(
+                f"onboarding {n:2d} nodes: {pre:.1f} s with the pre-import vs {plain:.1f} s without "
+                f"= {plain / pre:.2f}x"
+            )
 
 
 if __name__ == "__main__":

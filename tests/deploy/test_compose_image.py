@@ -277,3 +277,16 @@ def test_the_fleet_page_plugin_ships_in_the_image_and_every_deployment_loads_it(
         assert spec["services"][name]["environment"]["AIRFLOW__CORE__PLUGINS_FOLDER"] == folder, name
     values = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
     assert values["config"]["core"]["plugins_folder"] == folder
+
+
+def test_the_image_installs_fleetvals_airflow_local_settings_where_airflow_imports_them() -> None:
+    """Every Airflow process imports $AIRFLOW_HOME/config/airflow_local_settings.py at start-up; the
+    image (AIRFLOW_HOME /opt/airflow) puts deploy/'s there, as the local Airflow of the tests does."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(
+        r"^COPY (?:--\S+ )*deploy/airflow_local_settings\.py /opt/airflow/config/airflow_local_settings\.py$",
+        dockerfile,
+        re.M,
+    )
+    source = (ROOT / "deploy" / "airflow_local_settings.py").read_text()
+    assert "import airflow.providers.cncf.kubernetes.operators.pod" in source

@@ -68,6 +68,15 @@ def default_dags_folder() -> pathlib.Path:
     raise AirflowRunError("cannot find the dags folder next to the fleetval package; pass it explicitly")
 
 
+def default_local_settings() -> pathlib.Path | None:
+    """The repository's `deploy/airflow_local_settings.py` (what the image installs), if there is one."""
+    try:
+        path = default_dags_folder().parent / "deploy" / "airflow_local_settings.py"
+    except AirflowRunError:
+        return None
+    return path if path.is_file() else None
+
+
 def default_plugins_folder() -> pathlib.Path | None:
     """The repository's `plugins/` (beside `dags/`), if there is one."""
     try:
@@ -84,6 +93,8 @@ class LocalAirflow:
     kubeconfig: pathlib.Path
     dags_folder: pathlib.Path = field(default_factory=default_dags_folder)
     plugins_folder: pathlib.Path | None = field(default_factory=default_plugins_folder)
+    # Installed as $AIRFLOW_HOME/config/airflow_local_settings.py, as the image installs it.
+    local_settings: pathlib.Path | None = field(default_factory=default_local_settings)
     port: int = 0
     parallelism: int = 4
     # Off: only the runs this harness triggers happen (unpausing a scheduled DAG would also start
@@ -173,6 +184,10 @@ class LocalAirflow:
         self.port = self.port or free_port()
         (self.home / "passwords.json").write_text(json.dumps(self.passwords()))
         self._env = self.env()
+        if self.local_settings is not None:
+            config_dir = pathlib.Path(self._env["AIRFLOW_HOME"]) / "config"
+            config_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.local_settings, config_dir / "airflow_local_settings.py")
         self._airflow("db", "migrate")
         pools = self.dags_folder.parent / "pools.json"
         if pools.is_file():
