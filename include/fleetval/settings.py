@@ -6,10 +6,14 @@
 - `FLEETVAL_DCGM_IMAGE` (default: the pinned DCGM image): a mirror or a digest.
 - `FLEETVAL_NCCL_IMAGE` (default: the pinned nccl-tests image): a site build with the fabric's plugins.
 - `FLEETVAL_KUEUE_QUEUE` (default `fleetval-validation`): Kueue LocalQueue for multi-node probes.
-- `FLEETVAL_RDMA_RESOURCE` (default: none): the RDMA device each MPIJob worker requests, as
-  `name=count[,name=count]` (e.g. `rdma/ib=1`, `nvidia.com/hostdev=8`, `vpc.amazonaws.com/efa=32`:
-  whatever the site's RDMA device plugin advertises). Without it a worker gets no RDMA device, NCCL
-  falls back to sockets, and the NCCL gate fails every pair.
+- `FLEETVAL_RDMA_RESOURCE` (default: found in node allocatable; none found → configuration
+  error): the RDMA device each MPIJob worker requests, as `name=count[,name=count]` (e.g.
+  `rdma/ib=1`, `nvidia.com/hostdev=8`, `vpc.amazonaws.com/efa=32`: whatever the site's RDMA device
+  plugin advertises). Left empty, each probe reads it from the allocatable of its nodes among the
+  known RDMA device plugins' resources (`fleetval.nccl.preflight`: `rdma/*` 1, `nvidia.com/hostdev`
+  and `vpc.amazonaws.com/efa` all of them); none found on a probe that declares a fabric, or one
+  missing on some of its nodes, stops it with a configuration error (a harness `error`, the task not
+  retried) rather than letting NCCL fall back to sockets and fail every pair.
 - `FLEETVAL_PROBE_DEFERRABLE` (default `true`): probe tasks defer while their pod runs, holding
   no worker slot; `false` keeps them on the worker (for probes that end within seconds).
 - `FLEETVAL_XID_SOURCE` (default `inbox`): where Xid lines come from, `inbox` (the inbox table,

@@ -9,7 +9,10 @@ output, cleanup). What the task adds, as ProbePodOperator does for pods:
 - an exit code nccl-tests uses to report a failed collective is not a task failure (the output
   decides the verdict). A harness failure (never admitted, a missing binary, a killed launcher,
   the API unreachable) is stored as an error and fails the task, which retries with a new job;
-  the last failure stands as an `error` verdict.
+  the last failure stands as an `error` verdict. A cluster not set up for the probe
+  (`fleetval.nccl.preflight.ProbeConfigError`: no MPIJob API of the right version, no RDMA device
+  for the workers) is stored the same way but fails the task at once (`AirflowFailException`):
+  a retry would meet the same cluster.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from fleetval_airflow.triggers.mpijob import MPIJobTrigger
 
@@ -101,9 +104,13 @@ class MPIJobProbeOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
+        from fleetval.nccl.preflight import ProbeConfigError
+
         runner = self._runner()
         try:
             job = runner.submit(self.spec, attempt=try_number(context))
+        except ProbeConfigError as exc:  # the cluster is not set up for the probe: no retry helps
+            self._fail(runner, f"{type(exc).__name__}: {exc}", retry=False)
         except Exception as exc:
             self._fail(runner, f"{type(exc).__name__}: {exc}")
         if self.deferrable:
@@ -143,9 +150,12 @@ class MPIJobProbeOperator(BaseOperator):
             raise AirflowException(output.error)
         return {"mpijob": job.name, "outcome": result, "exit_code": output.exit_code}
 
-    def _fail(self, runner: MPIJobRunner, error: str) -> NoReturn:
-        """Store the harness failure (the judge sees an `error`, never a pass) and fail the task."""
+    def _fail(self, runner: MPIJobRunner, error: str, *, retry: bool = True) -> NoReturn:
+        """Store the harness failure (the judge sees an `error`, never a pass) and fail the task;
+        `retry=False` (a configuration error) fails it without its retries."""
         store_outputs(self.fv_run, [runner.failure(self.spec, error)])
+        if not retry:
+            raise AirflowFailException(error)
         raise AirflowException(error)
 
     def on_kill(self) -> None:

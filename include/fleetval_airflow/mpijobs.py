@@ -3,7 +3,10 @@ operator (`mpijob_probe.MPIJobProbeOperator`), the isolation operator (`nccl_iso
 trigger they defer to (`triggers.mpijob.MPIJobTrigger`).
 
 - **Submit**: the MPIJob of `fleetval.nccl.mpijob` (Kueue gang admission: created suspended with
-  the queue label), one per task try (`<name>-t<try>`), labelled with its probe. A job of the same
+  the queue label), one per task try (`<name>-t<try>`), labelled with its probe. An nccl probe is
+  checked first (`fleetval.nccl.preflight`: mpi-operator serving the MPIJob, the workers' RDMA
+  device), and the job is created with `fieldValidation=Strict`; a cluster not set up for it is a
+  `ProbeConfigError` (a configuration error: not retried). A job of the same
   probe that is still queued or running is reattached to instead (a retried task, a worker lost
   mid-wait); one that succeeded is collected (its output not yet stored).
 - **Wait**: a job is done when it is `Succeeded` or `Failed`; when still suspended (Kueue never
@@ -29,7 +32,7 @@ from typing import Any, Final
 
 from kubernetes.client.exceptions import ApiException
 
-from fleetval.nccl import mpijob
+from fleetval.nccl import exit_codes, mpijob, preflight
 from fleetval.nodes import ProbeOutput
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import PROBE_LABEL, ProbeSpec, probe_label
@@ -136,7 +139,9 @@ def launcher_failure(code: int | None, spec: ProbeSpec, state: str, job: str, ra
 
     mpirun exits 1 for its own failures (no slots, executable not found, root refused), the
     code nccl-tests uses for wrong results: a non-zero exit without nccl-tests' banner in the log
-    is mpirun's, a harness failure."""
+    is mpirun's, a harness failure. The spec declares every code some nccl-tests version reports
+    with; the code is then read by the version the output prints (`exit_codes.exit_code_problem`:
+    6 is wrong results in v2.17.3-v2.17.6 but a usage error from v2.17.7)."""
     if code is None:
         return f"MPIJob {job} {state.lower()} without a launcher that ran to the end"
     if code not in spec.reported_exit_codes:
@@ -145,6 +150,8 @@ def launcher_failure(code: int | None, spec: ProbeSpec, state: str, job: str, ra
         return f"the MPIJob launcher exited {code}{detail}, not a code {spec.tool} reports with"
     if code != 0 and spec.tool == "nccl" and not NCCL_TESTS_BANNER.search(raw):
         return f"mpirun exited {code} before nccl-tests ran (see the launcher log of MPIJob {job})"
+    if spec.tool == "nccl":
+        return exit_codes.exit_code_problem(code, raw)
     return None
 
 
@@ -181,8 +188,16 @@ class MPIJobRunner:
 
     # --- submit -------------------------------------------------------------------------------
     def submit(self, spec: ProbeSpec, *, attempt: int) -> JobRef:
-        """Reattach to this probe's queued, running or uncollected succeeded job, else create one."""
+        """Reattach to this probe's queued, running or uncollected succeeded job, else create one.
+
+        An nccl probe first checks that the cluster serves fleetval's MPIJob and finds the RDMA
+        devices its workers request (`fleetval.nccl.preflight`); the job is created with
+        `fieldValidation=Strict`, so an mpi-operator whose CRD lacks a field fleetval sets refuses
+        it. A cluster that is not set up for the probe raises `preflight.ProbeConfigError`."""
         api = _api(self.namespace)
+        devices = self.worker_devices
+        if spec.tool == "nccl":
+            preflight.check_mpijob_api(self.custom)
         listed = self.custom.list_namespaced_custom_object(
             label_selector=f"{PROBE_LABEL}={probe_label(spec.probe_key)}", **api
         )
@@ -193,18 +208,23 @@ class MPIJobRunner:
             job = reusable[0]
             self._info("reattaching to MPIJob %s (%s)", job["metadata"]["name"], mpijob.job_state(job))
             return self._ref(spec, job)
+        if spec.tool == "nccl":
+            devices = preflight.worker_devices(self.core, spec, self.worker_devices)
         body = mpijob.mpijob_manifest(
             spec,
             queue_name=self.queue,
             namespace=self.namespace,
             admission_timeout_s=self.admission_timeout_s,
             name=mpijob.mpijob_name(spec, attempt),
-            worker_devices=self.worker_devices,
+            worker_devices=devices,
         )
         try:
-            job = self.custom.create_namespaced_custom_object(body=body, **api)
+            job = self.custom.create_namespaced_custom_object(body=body, field_validation="Strict", **api)
         except ApiException as exc:
             if exc.status != 409:
+                hint = preflight.create_error_hint(exc.status, str(exc.body or ""))
+                if hint:
+                    raise preflight.ProbeConfigError(hint) from exc
                 raise
             job = self.custom.get_namespaced_custom_object(name=body["metadata"]["name"], **api)
         self._info(

@@ -39,8 +39,11 @@ def base_exit_code(pod: k8s.V1Pod | None, container: str = "base") -> int | None
     return None
 
 
-def harness_failure(pod: k8s.V1Pod | None, spec: ProbeSpec) -> str | None:
-    """Why a completed probe pod is not evidence about the node, or None when the tool reported."""
+def harness_failure(pod: k8s.V1Pod | None, spec: ProbeSpec, raw: str | None = None) -> str | None:
+    """Why a completed probe pod is not evidence about the node, or None when the tool reported.
+
+    An nccl probe declares every exit code some nccl-tests version reports with; given its output
+    (`raw`), the code is read by the version the output prints (`exit_codes.exit_code_problem`)."""
     if pod is None or pod.status is None:
         return "the probe pod is gone"
     if pod.status.reason == DEADLINE_EXCEEDED:
@@ -54,7 +57,18 @@ def harness_failure(pod: k8s.V1Pod | None, spec: ProbeSpec) -> str | None:
         )
         detail = f" ({hint})" if hint else ""
         return f"the probe command exited {code}{detail}, not a code {spec.tool} reports with"
+    if spec.tool == "nccl" and raw is not None:
+        from fleetval.nccl.exit_codes import exit_code_problem
+
+        return exit_code_problem(code, raw)
     return None
+
+
+def read_base_log(client: Any, name: str, namespace: str) -> str:
+    """The probe container's log as text (`_preload_content=False`: the client's str conversion
+    mangles plain text)."""
+    response = client.read_namespaced_pod_log(name, namespace, container="base", _preload_content=False)
+    return str(response.data.decode("utf-8", errors="replace"))
 
 
 class StoreProbeOutput(KubernetesPodOperatorCallback):
@@ -66,13 +80,12 @@ class StoreProbeOutput(KubernetesPodOperatorCallback):
             return
         raw = ""
         try:
-            response = client.read_namespaced_pod_log(
-                pod.metadata.name, pod.metadata.namespace, container="base", _preload_content=False
-            )
-            raw = response.data.decode("utf-8", errors="replace")
+            raw = read_base_log(client, pod.metadata.name, pod.metadata.namespace)
         except ApiException as exc:
             operator.log.warning("could not read the probe's log: %s", exc.reason)
-        operator.store_output(raw, exit_code=base_exit_code(pod), error=harness_failure(pod, operator.spec))
+        operator.store_output(
+            raw, exit_code=base_exit_code(pod), error=harness_failure(pod, operator.spec, raw)
+        )
 
 
 class ProbePodOperator(KubernetesPodOperator):
@@ -144,7 +157,16 @@ class ProbePodOperator(KubernetesPodOperator):
             pod = self.hook.get_pod(name, namespace)
         except ApiException:
             return False
-        return harness_failure(pod, self.spec) is None
+        return harness_failure(pod, self.spec, self._raw(name, namespace)) is None
+
+    def _raw(self, name: str, namespace: str) -> str | None:
+        """An nccl probe's log (its exit code means what its version says), else None."""
+        if self.spec.tool != "nccl":
+            return None
+        try:
+            return read_base_log(self.hook.core_v1_client, name, namespace)
+        except ApiException:
+            return None
 
     # --- cleanup ------------------------------------------------------------------------------
     def cleanup(
@@ -153,11 +175,15 @@ class ProbePodOperator(KubernetesPodOperator):
         failed = (
             remote_pod is not None and remote_pod.status is not None and remote_pod.status.phase == "Failed"
         )
-        if failed and harness_failure(remote_pod, self.spec) is None:
+        if failed and harness_failure(remote_pod, self.spec, self._pod_raw(remote_pod)) is None:
             # A reported finding: the output is stored, the pod has nothing more to tell.
             self.pod_manager.delete_pod(remote_pod)
             return
         super().cleanup(pod, remote_pod, xcom_result, context)
+
+    def _pod_raw(self, pod: Any) -> str | None:
+        meta = getattr(pod, "metadata", None)
+        return self._raw(meta.name, meta.namespace) if meta is not None and meta.name else None
 
     def process_pod_deletion(self, pod: Any, *, reraise: bool = True) -> bool:
         if pod is not None and pod.status is not None and pod.status.phase == "Pending":

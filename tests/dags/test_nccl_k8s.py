@@ -124,7 +124,12 @@ def test_mpijob_manifest_is_a_kueue_gang_with_one_pinned_worker_per_node() -> No
     assert wc["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert wc["resources"]["requests"]["nvidia.com/gpu"] == "8"
     terms = wspec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["r01-n01", "r02-n01", "r03-n01"]
+    # pinned by the Node object's name (matchFields metadata.name), one term per node
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+        for n in ("r01-n01", "r02-n01", "r03-n01")
+    ]
+    assert all("matchExpressions" not in t for t in terms["nodeSelectorTerms"])
     [anti] = wspec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert anti["labelSelector"]["matchLabels"][mpijob.JOB_NAME_LABEL] == meta["name"]

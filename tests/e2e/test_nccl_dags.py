@@ -98,7 +98,9 @@ def test_post_upgrade_sweep_gates_on_the_faulty_nodes(e2e: Any) -> None:
     # Baselines measured on healthy reference nodes by the sweep itself (a dry run: no labels; one
     # repeat: the baseline is the median over the reference runs).
     # This is `fleetval sim run --suite nccl --reference …`'s first step, on the session's Airflow.
-    made = _nccl_reference_baselines(argparse.Namespace(reference=REFERENCE), FLEET, store, airflow)
+    made = _nccl_reference_baselines(
+        argparse.Namespace(reference=REFERENCE, run_key=None), FLEET, store, airflow
+    )
     assert {b["scope"]: b["version"] for b in made["baselines"]} == {"intra-8": 1, "inter-2x8": 1}
     intra = store.promoted_baseline(profile=PROFILE, metric=nccl_judge.METRIC, scope="intra-8")
     assert intra is not None and 460 < intra["value"] < 500  # measured, near the profile's 480

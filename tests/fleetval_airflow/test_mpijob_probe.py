@@ -126,9 +126,9 @@ def test_deferred_the_trigger_waits_and_the_task_resumes(kube: Any) -> None:
 
 
 def test_a_reported_nccl_failure_is_output_and_the_job_is_kept(kube: Any) -> None:
-    spec = pair(["r01-n01", "r02-n07"])  # r02-n07: wrong results (nccl-tests exits 1)
+    spec = pair(["r01-n01", "r02-n07"])  # r02-n07: wrong results (nccl-tests 2.20.0 exits 7)
     result = operator(spec, kube.run).execute(context("nccl_pair"))
-    assert result["outcome"] == "Failed" and result["exit_code"] == 1
+    assert result["outcome"] == "Failed" and result["exit_code"] == 7
     probe = stored(kube, spec)
     assert probe["spec"]["harness_error"] is None and "Out of bounds values" in probe["raw"]
     [job] = jobs(kube)  # kept for forensics
@@ -294,3 +294,113 @@ def test_an_api_error_while_deferred_fails_the_wait_not_the_triggerer(
     assert event["status"] == "error" and "503" in event["message"] and event["jobs"] == [ref().to_json()]
     with pytest.raises(ValueError, match="at least one job"):
         MPIJobTrigger([])
+
+
+# --- the preflight and the versioned exit codes ---------------------------------------------------
+
+NCCL_2_20 = "# nccl-tests version 2.20.0 (b4d5bee) nccl-headers=22105 nccl-library=22105\n"
+
+
+def worker_container(job: dict[str, Any]) -> dict[str, Any]:
+    [container] = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def test_workers_request_the_rdma_device_their_nodes_advertise(kube: Any) -> None:
+    """The simulated nodes advertise the RDMA shared device plugin's pool: each worker requests
+    one (found in the nodes' allocatable); a configured resource wins."""
+    runner = MPIJobRunner(kube.custom, kube.core, namespace=NS, queue="no-such-queue")
+    runner.submit(pair(), attempt=1)
+    [job] = jobs(kube)
+    resources = worker_container(job)["resources"]
+    assert resources["requests"]["rdma/rdma_shared_device_a"] == "1"
+    assert resources["limits"]["rdma/rdma_shared_device_a"] == "1"
+    runner.delete(runner._ref(pair(), job))
+    configured = MPIJobRunner(
+        kube.custom, kube.core, namespace=NS, queue="no-such-queue", worker_devices=[("rdma/ib", "1")]
+    )
+    configured.submit(pair(["r01-n02", "r02-n02"]), attempt=1)
+    [job] = jobs(kube)
+    assert worker_container(job)["resources"]["limits"].get("rdma/ib") == "1"
+    assert "rdma/rdma_shared_device_a" not in worker_container(job)["resources"]["limits"]
+
+
+def test_a_cluster_without_fleetvals_mpijob_api_fails_the_task_without_retry(
+    kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from fleetval.nccl import preflight
+
+    monkeypatch.setattr(preflight, "served_kubeflow_versions", lambda custom: {"v1": ["mpijobs"]})
+    spec = pair()
+    with pytest.raises(AirflowFailException, match="training-operator"):
+        operator(spec, kube.run).execute(context("nccl_pair"))
+    error = stored(kube, spec)["spec"]["harness_error"]
+    assert error.startswith("ProbeConfigError: ") and "mpi-operator >= v0.5" in error
+    assert jobs(kube) == []  # stopped before any MPIJob API call
+
+
+def test_nodes_without_an_rdma_device_are_a_configuration_error(
+    kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from fleetval.nccl import preflight
+
+    monkeypatch.setattr(
+        preflight, "node_allocatable", lambda core, nodes: {n: {"nvidia.com/gpu": "8"} for n in nodes}
+    )
+    spec = pair()
+    with pytest.raises(AirflowFailException, match="FLEETVAL_RDMA_RESOURCE is not set"):
+        operator(spec, kube.run).execute(context("nccl_pair"))
+    assert "fall back to TCP sockets" in stored(kube, spec)["spec"]["harness_error"]
+    assert jobs(kube) == []
+
+
+def test_the_job_is_created_with_strict_field_validation(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated API server rejects an unknown field under fieldValidation=Strict, as
+    mpi-operator v0.4's CRD rejects spec.launcherCreationPolicy; that one is named as such."""
+    from fleetval.nccl import preflight
+
+    manifest = mpijob.mpijob_manifest
+
+    def with_unknown_field(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        body = manifest(*args, **kwargs)
+        body["spec"]["noSuchField"] = True
+        return body
+
+    monkeypatch.setattr(mpijob, "mpijob_manifest", with_unknown_field)
+    runner = MPIJobRunner(kube.custom, kube.core, namespace=NS, queue="no-such-queue")
+    with pytest.raises(ApiException) as rejected:
+        runner.submit(pair(), attempt=1)
+    assert "noSuchField" in str(rejected.value.body) and jobs(kube) == []
+
+    class V04:  # what mpi-operator v0.4's CRD (v2beta1 without the field) answers under Strict
+        def __getattr__(self, name: str) -> Any:
+            return getattr(kube.custom, name)
+
+        def create_namespaced_custom_object(self, **kwargs: Any) -> Any:
+            assert kwargs["field_validation"] == "Strict"
+            exc = ApiException(status=422, reason="Unprocessable Entity")
+            exc.body = 'MPIJob.kubeflow.org "x" is invalid: unknown field "spec.launcherCreationPolicy"'
+            raise exc
+
+    monkeypatch.setattr(mpijob, "mpijob_manifest", manifest)
+    v04 = MPIJobRunner(V04(), kube.core, namespace=NS, queue="no-such-queue")
+    with pytest.raises(preflight.ProbeConfigError, match=r"mpi-operator v0\.4"):
+        v04.submit(pair(), attempt=1)
+
+
+def test_the_launchers_exit_code_is_read_by_the_printed_nccl_tests_version() -> None:
+    from fleetval_airflow.mpijobs import launcher_failure
+
+    spec = pair()
+    table = NCCL_2_20 + "# nThread 1 nGpus 8 minBytes 8\n# Out of bounds values : 3 FAILED\n"
+    assert launcher_failure(7, spec, "Failed", "job", table) is None  # wrong results: the output decides
+    usage = launcher_failure(6, spec, "Failed", "job", table)
+    assert usage is not None and "testInvalidUsage" in usage  # 6 from v2.17.7 on: the harness
+    internal = launcher_failure(1, spec, "Failed", "job", table)
+    assert internal is not None and "testInternalError" in internal
+    old = "# nThread 1 nGpus 8 minBytes 8\n# Out of bounds values : 3 FAILED\n"  # no version line
+    assert launcher_failure(1, spec, "Failed", "job", old) is None

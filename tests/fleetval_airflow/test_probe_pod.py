@@ -112,3 +112,26 @@ def test_a_pod_pending_at_its_startup_timeout_is_deleted(kube: Any) -> None:
         run_probe(spec, kube.run, startup_timeout_seconds=2)
     assert probe_pods(kube) == []  # not left to start later on a node back in service
     assert stored(kube, spec)["spec"]["harness_error"]
+
+
+def test_a_single_node_nccl_exit_code_is_read_by_the_printed_version() -> None:
+    from kubernetes.client import models as k8s
+
+    from fleetval_airflow.probe_pod import harness_failure
+
+    def pod(code: int) -> k8s.V1Pod:
+        terminated = k8s.V1ContainerStateTerminated(exit_code=code)
+        status = k8s.V1ContainerStatus(
+            name="base", image="i", image_id="", ready=False, restart_count=0,
+            state=k8s.V1ContainerState(terminated=terminated),
+        )  # fmt: skip
+        return k8s.V1Pod(status=k8s.V1PodStatus(phase="Failed", container_statuses=[status]))
+
+    spec = nccl_probe(["r01-n01"], gpus_per_node=8, repeat=0, run_key="k")
+    raw = "# nccl-tests version 2.20.0 (b4d5bee) nccl-headers=22105 nccl-library=22105\n"
+    assert harness_failure(pod(7), spec, raw) is None  # wrong results in 2.20.0: the output decides
+    usage = harness_failure(pod(6), spec, raw)
+    assert usage is not None and "testInvalidUsage" in usage
+    assert harness_failure(pod(6), spec, "# nThread 1 nGpus 8\n") is None  # no version: v2.17.3's 6
+    assert harness_failure(pod(6), spec) is None  # no output to read: the declared codes decide
+    assert harness_failure(pod(2), spec, raw) is not None

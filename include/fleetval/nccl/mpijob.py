@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Final
 
+from fleetval.k8s.scheduling import node_name_affinity
 from fleetval.nccl.probe import DEFAULT_LAYOUT, NCCL_TESTS_BIN, processes_per_node
 from fleetval.nodes import MAINTENANCE_TAINT, ONBOARDING_TAINT
 from fleetval.probes.pod import NAMESPACE, PROBE_LABEL, ProbeSpec, probe_label
@@ -125,17 +126,8 @@ def mpijob_manifest(
             "automountServiceAccountToken": False,
             "tolerations": _tolerations(),
             "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
-                                ]
-                            }
-                        ]
-                    }
-                },
+                # By the Node object's name (the hostname label need not be it), one term per node.
+                "nodeAffinity": node_name_affinity(*nodes)["nodeAffinity"],
                 "podAntiAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": [
                         {

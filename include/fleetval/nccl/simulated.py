@@ -42,7 +42,12 @@ ERRORS: Final = ("ib_completion", "hang", "wrong")
 _NETWORKS: Final = ("IB", "RoCE", "Socket")
 _REDUCING: Final = frozenset({"all_reduce", "reduce_scatter", "reduce"})
 _ROOTED: Final = frozenset({"broadcast", "reduce"})
-_PER_RANK_COUNT: Final = frozenset({"all_gather", "reduce_scatter", "alltoall", "gather", "scatter"})
+_PER_RANK_COUNT: Final = frozenset(
+    {"all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube"}
+)
+# Collectives whose algbw counts only the (n-1)/n of size that crosses to peers (nccl-tests
+# hypercube.cu HyperCubeGetBw: count × typesize × (nranks-1) / time, busbw = algbw).
+_PEER_SHARE: Final = frozenset({"hypercube"})
 _NO_INPLACE_CHECK: Final = frozenset({"alltoall", "sendrecv", "gather", "scatter"})
 # Bus ids of an 8-GPU H100 node (the a3mega fixture's devices), repeated for larger nodes.
 _BUS_IDS: Final = ("04", "05", "0b", "0c", "84", "85", "8b", "8c")
@@ -233,7 +238,9 @@ def render_nccl_tests(
 
     # -- the table
     factor = busbw_factor(coll, nranks)
-    eff_factor = factor if factor > 0 else 1.0  # one rank: busbw is 0, algbw still means something
+    share = (nranks - 1) / nranks if coll in _PEER_SHARE else 1.0  # algbw = size × share / time
+    # one rank: busbw is 0 (or hypercube's share is), algbw still means something
+    eff_factor = factor * share if factor * share > 0 else 1.0
     sizes = _sizes(min_bytes, max_bytes)
     if net == "Socket":
         latency = 220.0 + 10.0 * nnodes
@@ -288,7 +295,7 @@ def render_nccl_tests(
         for inplace in (False, True):
             jitter = 1.0 + rng.gauss(0.0, 0.003)
             t_us = base_times[i] / (run_gain * jitter)
-            algbw = size / (t_us * 1e3)
+            algbw = size * share / (t_us * 1e3)
             busbw = algbw * factor
             busbw_sum += busbw
             busbw_n += 1

@@ -50,7 +50,9 @@ Facts, with their sources:
 - nccl-tests (2cbb968 `src/common.cu`, `common.h`): a rank whose CUDA device does not exist
   fails `cudaGetDeviceProperties` (`<host>: Test CUDA failure common.cu:892 'invalid device
   ordinal'`, exit testCudaError = 2); an NCCL error exits testNcclError = 3, a `-T` timeout
-  testTimeout = 4, wrong results `exit(EXIT_FAILURE)` = 1. No `-T` means no timeout: a hung
+  testTimeout = 4, wrong results by the nccl-tests version the output prints (its simulated
+  output prints 2.20.0): `exit(EXIT_FAILURE)` = 1 up to v2.17.2, testNumResults = 6 in
+  v2.17.3-v2.17.6, 7 from v2.17.7. No `-T` means no timeout: a hung
   collective never returns. NCCL 2.21.5 (`src/misc/shmutils.cc`, `src/proxy.cc`) creates one
   proxy-ops pool of 7340384 bytes per rank in /dev/shm (size as reported with NCCL 2.21.5 on
   8×H100 in pytorch/torchtitan#853), so eight ranks need 58.8 MB and fit the runtime's 64 MiB
@@ -977,13 +979,31 @@ def _nccl_debug(text: str, level: str) -> str:
     return "\n".join(kept)
 
 
+_NCCL_TESTS_VERSION_LINE: Final = re.compile(r"# nccl-tests version (\d+)\.(\d+)\.(\d+)")
+
+
+def nccl_wrong_results_exit_code(output: str) -> int:
+    """What nccl-tests exits with for wrong results, by the version its output prints
+    (NVIDIA/nccl-tests `src/common.cu` run() and `src/common.h` testResult_t at each tag):
+    `exit(EXIT_FAILURE)` = 1 up to v2.17.2 (and with no version line: the line came in v2.17.4),
+    testNumResults = 6 in v2.17.3-v2.17.6, testNumResults = 7 from v2.17.7 (testInvalidUsage = 6
+    was added before it)."""
+    found = _NCCL_TESTS_VERSION_LINE.search(output)
+    if found is None:
+        return 1
+    version = tuple(int(p) for p in found.groups())
+    if version >= (2, 17, 7):
+        return 7
+    return 6 if version >= (2, 17, 3) else 1
+
+
 def _nccl_exit_code(output: str) -> int:
     if ": Test timeout (" in output:
         return 4
     if ": Test NCCL failure " in output:
         return 3
     if re.search(r"# Out of bounds values : \d+ FAILED", output):
-        return 1
+        return nccl_wrong_results_exit_code(output)
     return 0
 
 

@@ -158,11 +158,13 @@ def test_discovery_and_node_allocatable_through_the_kubernetes_client(kube: Any)
     served = preflight.served_kubeflow_versions(kube.custom)
     assert served is not None and "mpijobs" in served["v2beta1"]
     preflight.check_mpijob_api(kube.custom)  # the simulated mpi-operator serves v2beta1
-    # The simulated nodes advertise no RDMA device: a pair that expects IB stops here.
-    with pytest.raises(ProbeConfigError, match="none of the nodes under test"):
-        preflight.prepare(kube.custom, kube.core, pair())
-    kube.core.patch_node_status("r02-n01", {"status": {"allocatable": {"rdma/rdma_shared_device_a": "63"}}})
+    # The simulated nodes advertise the RDMA shared device plugin's pool: one request per worker.
+    assert preflight.prepare(kube.custom, kube.core, pair()) == (("rdma/rdma_shared_device_a", "1"),)
+    gone = {"status": {"allocatable": {"rdma/rdma_shared_device_a": None}}}  # its plugin is down
+    kube.core.patch_node_status("r01-n01", gone)
     with pytest.raises(ProbeConfigError, match="rdma/rdma_shared_device_a missing on r01-n01"):
         preflight.prepare(kube.custom, kube.core, pair())
-    kube.core.patch_node_status("r01-n01", {"status": {"allocatable": {"rdma/rdma_shared_device_a": "63"}}})
-    assert preflight.prepare(kube.custom, kube.core, pair()) == (("rdma/rdma_shared_device_a", "1"),)
+    kube.core.patch_node_status("r02-n01", gone)
+    # No RDMA device on any node: a pair that expects IB stops here.
+    with pytest.raises(ProbeConfigError, match="none of the nodes under test"):
+        preflight.prepare(kube.custom, kube.core, pair())

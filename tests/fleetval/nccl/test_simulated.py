@@ -144,6 +144,28 @@ def test_other_collectives_use_their_busbw_factor(collective: str) -> None:
     assert headline_busbw(run) == pytest.approx(INTRA_TRUTH, rel=0.05)
 
 
+@pytest.mark.parametrize("render", [node, pair], ids=["node", "pair"])
+def test_hypercube_rows_follow_its_own_arithmetic(render: object) -> None:
+    """nccl-tests hypercube: size = count x sizeof x nranks, algbw = size x (n-1)/n / time,
+    busbw = algbw: a rendered run parses with no row held against the arithmetic."""
+    text = render(collective="hypercube")  # type: ignore[operator]
+    run = parse_nccl(text)
+    assert run.collective == "hypercube" and run.rows
+    assert not [u for u in run.unreadable if "arithmetic" in str(u)]
+    assert not run.unreadable
+    n = run.nranks
+    assert n is not None and n > 1
+    for row in run.rows:
+        assert row.size == row.count * 4 * n
+        assert row.time_oop is not None and row.algbw_oop is not None
+        assert row.algbw_oop == pytest.approx(
+            row.size * (n - 1) / n / (row.time_oop * 1e3), rel=0.01, abs=0.01
+        )
+        assert row.busbw_oop == row.algbw_oop
+    truth = INTRA_TRUTH if render is node else INTER_TRUTH
+    assert headline_busbw(run) == pytest.approx(truth, rel=0.05)
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [

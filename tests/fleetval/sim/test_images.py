@@ -366,7 +366,9 @@ def test_more_gpus_than_the_container_has_is_a_cuda_error() -> None:
 
 def test_network_faults_give_nccl_tests_exit_codes() -> None:
     wrong = nccl_pod("r01-n05", shm_bytes=1 << 30)
-    assert wrong.exit_code == 1 and parse_nccl(wrong.output).oob_failed
+    # wrong results: testNumResults = 7 for the nccl-tests 2.20.0 the output prints (v2.17.7+)
+    assert "# nccl-tests version 2.20.0 " in wrong.output
+    assert wrong.exit_code == 7 and parse_nccl(wrong.output).oob_failed
     # The probe passes -T 600: a hung collective ends at nccl-tests' own timeout, a finding.
     probed = nccl_pod("r01-n04", shm_bytes=1 << 30)
     assert probed.exit_code == 4 and "r01-n04: Test timeout (600s)" in probed.output
@@ -454,5 +456,22 @@ def test_a_failing_rank_ends_mpirun_with_its_exit_code() -> None:
         "mpirun --allow-run-as-root -np 2 /opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 8",
         peers=(("r01-n05", ALL), ("r01-n01", ALL)),
     )
-    assert wrong.exit_code == 1 and "# Out of bounds values : " in wrong.output
-    assert wrong.output.endswith("  Exit code:    1\n" + "-" * 74 + "\n")
+    assert wrong.exit_code == 7 and "# Out of bounds values : " in wrong.output
+    assert wrong.output.endswith("  Exit code:    7\n" + "-" * 74 + "\n")
+
+
+def test_nccl_tests_wrong_results_exit_code_follows_the_printed_version() -> None:
+    from fleetval.nccl.exit_codes import exit_code_problem
+    from fleetval.sim.images import nccl_wrong_results_exit_code
+
+    def header(version: str) -> str:
+        return f"# nccl-tests version {version} (abc1234) nccl-headers=22105 nccl-library=22105\n"
+
+    assert nccl_wrong_results_exit_code("# nThread 1 nGpus 8\n") == 1  # no version line: <= v2.17.3
+    assert nccl_wrong_results_exit_code(header("2.17.4")) == 6
+    assert nccl_wrong_results_exit_code(header("2.17.6")) == 6
+    assert nccl_wrong_results_exit_code(header("2.17.7")) == 7
+    assert nccl_wrong_results_exit_code(header("2.20.0")) == 7
+    for raw in ("", header("2.17.4"), header("2.17.7"), header("2.20.0")):
+        code = nccl_wrong_results_exit_code(raw)
+        assert exit_code_problem(code, raw) is None  # the judges' table reads it as a reported result

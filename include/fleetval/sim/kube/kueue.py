@@ -82,6 +82,7 @@ from fleetval.sim.kube.kueue_model import (
     WorkloadSpec,
 )
 from fleetval.sim.kube.meta import controller_ref, parse_rfc3339
+from fleetval.sim.kube.nodes import RDMA_HCA_MAX, RDMA_RESOURCE
 from fleetval.sim.kube.resources import Resource, by_kind, find
 
 WAITING_FOR_REPLACEMENT: Final = "WaitingForReplacementPods"
@@ -128,6 +129,9 @@ def bootstrap_objects(spec: FleetSpec) -> list[tuple[Resource, str, dict[str, An
         {"name": "memory", "nominalQuota": f"{2043735076 * len(nodes)}Ki"},
         {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
     ]
+    rdma = [name for name, rack in nodes if spec.profiles[rack.profile].fabric]
+    if rdma:  # the nodes' RDMA shared device pool (`nodes.RDMA_RESOURCE`): MPIJob workers request it
+        quota.append({"name": RDMA_RESOURCE, "nominalQuota": str(RDMA_HCA_MAX * len(rdma))})
     flavor = {"metadata": {"name": RESOURCE_FLAVOR}}
     cluster_queue = {
         "metadata": {"name": CLUSTER_QUEUE},

@@ -12,6 +12,10 @@ and the NVIDIA device plugin leave them on a real GPU node.
   many GPUs (capacity and allocatable) while GFD's `nvidia.com/gpu.count` keeps the real count.
 - `ts.undisclosed` makes it advertise each GPU UNDISCLOSED_REPLICAS times (time-slicing) while
   the labels still say `nvidia.com/gpu.replicas: 1` and no sharing strategy.
+- The RDMA shared device plugin (Mellanox k8s-rdma-shared-dev-plugin as the NVIDIA Network
+  Operator deploys it: `resourceName: rdma_shared_device_a`, `rdmaHcaMax: 63`) advertises
+  `rdma/rdma_shared_device_a: 63` on every node of a profile with a fabric (`ib` or `roce`: every
+  profile), so an MPIJob worker can request the node's RDMA devices as on a real cluster.
 - The zone is the fleet's availability zone, not the rack: a product that reads racks from the
   zone label gets one "rack" for the whole fleet here, as it would on most clouds.
 """
@@ -29,6 +33,10 @@ DEVICE_PLUGIN_IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 KUBELET_VERSION: Final = "v1.33.4"
 CONTAINER_RUNTIME: Final = "containerd://1.7.27"
 UNDISCLOSED_REPLICAS: Final = 4
+# The RDMA shared device plugin's pool on a node with a fabric (see module doc): one request per
+# pod shares every HCA, at most RDMA_HCA_MAX pods at once.
+RDMA_RESOURCE: Final = "rdma/rdma_shared_device_a"
+RDMA_HCA_MAX: Final = 63
 # GFD's nvidia.com/gpu.memory (MiB) and family by product; unknown products get none.
 GPU_MEMORY_MIB: Final = {
     "NVIDIA-H100-80GB-HBM3": "81559",
@@ -79,8 +87,8 @@ def node_object(spec: FleetSpec, name: str, rack: Rack, index: int) -> dict[str,
         },
         "spec": {"podCIDR": f"10.244.{index % 256}.0/24", "providerID": f"fleetval-sim://{spec.name}/{name}"},
         "status": {
-            "capacity": _resources(advertised, allocatable=False),
-            "allocatable": _resources(allocatable_gpus, allocatable=True),
+            "capacity": _resources(advertised, allocatable=False, rdma=bool(profile.fabric)),
+            "allocatable": _resources(allocatable_gpus, allocatable=True, rdma=bool(profile.fabric)),
             "conditions": _conditions(),
             "addresses": [
                 {"type": "InternalIP", "address": f"10.0.{index // 250}.{index % 250 + 1}"},
@@ -171,8 +179,8 @@ def _labels(spec: FleetSpec, name: str, rack: Rack, profile: Profile) -> dict[st
     return labels
 
 
-def _resources(gpus: int, *, allocatable: bool) -> dict[str, str]:
-    return {
+def _resources(gpus: int, *, allocatable: bool, rdma: bool) -> dict[str, str]:
+    resources = {
         "cpu": "190" if allocatable else "192",
         "memory": "2043735076Ki" if allocatable else "2113638404Ki",
         "ephemeral-storage": "3513044456Ki" if allocatable else "3813044456Ki",
@@ -181,6 +189,9 @@ def _resources(gpus: int, *, allocatable: bool) -> dict[str, str]:
         "pods": "110",
         "nvidia.com/gpu": str(gpus),
     }
+    if rdma:
+        resources[RDMA_RESOURCE] = str(RDMA_HCA_MAX)
+    return resources
 
 
 def _conditions() -> list[dict[str, str]]:
