@@ -298,7 +298,7 @@ _VERDICT_GROUPS: Final = table(
 )
 
 
-def _criterion_groups(engine: Engine, runs: Callable[[Any], Any]) -> Any:
+def criterion_groups(engine: Engine, runs: Callable[[Any], Any]) -> Any:
     """Per (node or subject, criterion, run, judged_at) of the runs `runs(run_id)` selects: worst
     severity, count, and the worst severity among those that can be an r2 (a node column, not an
     error; None if none). PostgreSQL reads them from `verdict_groups`; SQLite groups the verdicts."""
@@ -339,9 +339,9 @@ def _criterion_groups(engine: Engine, runs: Callable[[Any], Any]) -> Any:
 def _groups(engine: Engine, runs: Callable[[Any], Any]) -> list[Any]:
     """For the runs `runs(run_id)` selects: per (node, layer), its newest run's verdicts grouped by
     judgement time (layer number, worst severity, count), and per node the group holding its
-    newest r2 (severity, criterion). Counted per criterion first (`_criterion_groups`: a node's
+    newest r2 (severity, criterion). Counted per criterion first (`criterion_groups`: a node's
     GPU records are one group), then per layer; the rankings sort those groups, not verdicts."""
-    c = _criterion_groups(engine, runs).c
+    c = criterion_groups(engine, runs).c
     node = _bytewise(engine, c.node)
     layer = case(_LAYER_NO, value=c.criterion, else_=_LAYERS.index("other"))
     is_r2 = c.criterion.in_(R2_CRITERIA)

@@ -2,7 +2,7 @@
 node, breaker, baseline and scenario, in a fixed number of queries whatever the fleet's size.
 
 Reads only; PostgreSQL and SQLite alike. The verdicts are read through the fleet page's
-per-criterion groups (`fleet_health._criterion_groups`: on PostgreSQL the `verdict_groups` table
+per-criterion groups (`fleet_health.criterion_groups`: on PostgreSQL the `verdict_groups` table
 the triggers keep), within a horizon of runs; node states are replayed from the node events.
 `fingerprint` is one cheap statement that changes whenever any of it does, so a caller can skip
 reading an unchanged store.
@@ -103,7 +103,7 @@ def _latest_judgements(
     judged within `fh.BATCH_WINDOW` of its newest), and → its newest conclusive judgement's
     time, over the runs since `from_run`. One query, over the fleet page's per-criterion groups
     (PostgreSQL: the `verdict_groups` table; SQLite: grouped at each read)."""
-    g = fh._criterion_groups(engine, lambda run_id: run_id >= from_run).c
+    g = fh.criterion_groups(engine, lambda run_id: run_id >= from_run).c
     who = g.node.collate("C") if engine.dialect.name == "postgresql" else g.node  # bytewise: faster
     by_pair = (who, g.criterion)
     windowed = (
