@@ -2,8 +2,11 @@
 ### One wave of the weekly health sweep (`weekly_health_sweep_wave`)
 Started by **`weekly_health_sweep`** (conf `{fv_run, wave}`), never on its own schedule.
 
-- `wave_probes` lists the wave's nodes; **`dcgm_r2`** runs one pod per node (map index = node
-  name): `dcgmi diag -r 2 -j` on all its GPUs, raw output stored the moment the pod completes.
+- `wave_probes` lists the wave's nodes; `pause_exporters` takes the GPU Operator's dcgm-exporter
+  off them (its profiling metrics compete with the diagnostic; FLEETVAL_DCGM_EXPORTER_PAUSE) and
+  `restore_exporters` (runs whatever the probes did) puts it back. **`dcgm_r2`** runs one pod per
+  node (map index = node name): `dcgmi diag -r 2 -j` on all its GPUs, raw output stored the moment
+  the pod completes.
   A failed `dcgm_r2` task is a *harness* failure on that node (command missing, pod never
   scheduled, killed); it retries that node only. A DCGM finding is not a task failure.
 - `judge_wave` (runs whatever the probes did) judges the stored outputs with the node health
@@ -44,7 +47,8 @@ def weekly_health_sweep_wave() -> None:
         pool=Pool.NODE_DIAGNOSIS,
         map_index_template="{{ task.spec.node }}",
     ).expand_kwargs(probes)
-    dcgm >> weekly_tasks.judge_wave()
+    weekly_tasks.pause_exporters() >> dcgm
+    dcgm >> [weekly_tasks.restore_exporters(), weekly_tasks.judge_wave()]
 
 
 weekly_health_sweep_wave()

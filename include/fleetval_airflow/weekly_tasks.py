@@ -97,6 +97,59 @@ def wave_probes() -> list[dict[str, Any]]:
     return [{"probe": spec.to_json(), "fv_run": fv_run} for spec in specs]
 
 
+@task
+@outage_is_one_line
+def pause_exporters() -> dict[str, Any]:
+    """Take dcgm-exporter off the wave's nodes while DCGM diagnoses them (FLEETVAL_DCGM_EXPORTER_PAUSE).
+
+    Its profiling metrics compete with the diagnostic's: a known source of r2/r3 failures that are
+    not the node's. Within the diagnosis budget's share of the fleet; a dry run only records it."""
+    from fleetval.dcgm import exporter_pause, weekly
+    from fleetval_airflow import config
+
+    fv_run, wave = _wave_conf()
+    if not config.settings().pause_dcgm_exporter:
+        return {"paused": [], "skipped": "FLEETVAL_DCGM_EXPORTER_PAUSE is false"}
+    store = config.store()
+    meta = store.run_meta(fv_run)
+    plan = weekly.SweepPlan.from_json(meta["plan"])
+    outcome = exporter_pause.pause_exporters(
+        plan.waves[wave],
+        cluster=config.kube(),
+        events=store,
+        run_id=fv_run,
+        run_key=meta["run_key"],
+        fleet_size=plan.fleet_size,
+        policy=exporter_pause.PausePolicy(max_fleet_fraction=float(meta["params"]["max_fleet_fraction"])),
+        dry_run=bool(meta["params"]["dry_run"]),
+    )
+    for node in outcome.still_running:
+        print(f"{node}: dcgm-exporter still running after the wait; a busy-profiling result is inconclusive")
+    return outcome.to_json()
+
+
+@task(trigger_rule="all_done")
+@outage_is_one_line
+def restore_exporters() -> dict[str, Any]:
+    """Give the wave's nodes their dcgm-exporter back (and undo any pause a dead run left)."""
+    from fleetval.dcgm import exporter_pause, weekly
+    from fleetval_airflow import config
+
+    fv_run, wave = _wave_conf()
+    store = config.store()
+    meta = store.run_meta(fv_run)
+    plan = weekly.SweepPlan.from_json(meta["plan"])
+    return exporter_pause.restore_exporters(
+        plan.waves[wave],
+        cluster=config.kube(),
+        events=store,
+        run_id=fv_run,
+        run_key=meta["run_key"],
+        dry_run=bool(meta["params"]["dry_run"]),
+        policy=exporter_pause.PausePolicy(),
+    ).to_json()
+
+
 @task(trigger_rule="all_done")
 @outage_is_one_line
 def judge_wave() -> dict[str, Any]:

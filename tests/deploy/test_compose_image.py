@@ -221,11 +221,11 @@ def test_the_cluster_is_reached_with_the_service_account_token_by_default(spec: 
 
 
 def test_every_fleetval_setting_is_passed_through(spec: dict[str, Any]) -> None:
-    from fleetval.settings import ENV_VARS
+    from fleetval.settings import ENV_VARS, NOTIFY_ENV_VARS
 
     for name in AIRFLOW_SERVICES:
         env = spec["services"][name]["environment"]
-        assert sorted(set(ENV_VARS) - set(env)) == [], name
+        assert sorted(set(ENV_VARS + NOTIFY_ENV_VARS) - set(env)) == [], name
 
 
 def test_the_dockerfile_builds_on_the_locked_airflow_and_passes_hadolint() -> None:

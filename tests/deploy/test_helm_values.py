@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from fleetval.k8s.validation import KUBERNETES_VERSION
-from fleetval.settings import ENV_VARS
+from fleetval.settings import ENV_VARS, NOTIFY_ENV_VARS
 from tests.paths import FIXTURES, ROOT
 from tests.rbac import RUNNER, runner_grants
 
@@ -110,7 +110,8 @@ def test_tasks_and_the_triggerer_call_the_cluster_as_the_runner_in_cluster(value
     assert conn["conn_type"] == "kubernetes"
     assert conn["extra"] == {"in_cluster": True, "namespace": RUNNER[0]}
     assert env["FLEETVAL_NAMESPACE"] == RUNNER[0]
-    assert sorted(set(ENV_VARS) - set(env)) == [], "every fleetval setting is passed to every component"
+    missing = sorted(set(ENV_VARS + NOTIFY_ENV_VARS) - set(env))
+    assert missing == [], "every fleetval setting is passed to every component"
     secrets = {s["envName"]: s for s in values["secret"]}
     assert secrets["AIRFLOW_CONN_FLEETVAL_DB"]["secretKey"] == "connection"
     assert values["postgresql"]["enabled"] is False and values["data"]["metadataSecretName"]

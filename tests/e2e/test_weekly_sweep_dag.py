@@ -95,6 +95,14 @@ def test_weekly_sweep_catches_every_dcgm_fault(e2e: Any, backend: str) -> None:
         assert (obj.metadata.labels.get("fleetval.io/quarantine") == "dcgm-r2-fail") is failed
         assert any(t.key == "fleetval.io/maintenance" for t in obj.spec.taints or []) is failed
     assert kube.node("r02-n05").metadata.labels["fleetval.io/health"] == "warn"
+    # dcgm-exporter was paused on each swept node for its diagnostic and is back, as it was.
+    events = store.node_events()
+    for kind in ("pause_exporter", "restore_exporter"):
+        assert {e["node"] for e in events if e["kind"] == kind} == swept, kind
+    for node in nodes:
+        labels = kube.node(node).metadata.labels
+        assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "true", node
+        assert not any(key.startswith("fleetval.io/dcgm-exporter") for key in labels), node
     # Probe pods that succeeded are gone; the DCGM findings (exit 226) were reported, not kept.
     assert (
         kube.core.list_namespaced_pod("fleetval", label_selector="app.kubernetes.io/part-of=fleetval").items

@@ -203,8 +203,9 @@ _INTERNAL_RE: Final = re.compile(r"internal error|child process", re.I)
 
 # DCGM's own words when the GPUs' profiling or diagnostic resources are held by someone else: a
 # probe's host engine beside dcgm-exporter collecting profiling (DCP) metrics on the same GPUs. Not
-# a node fault. Only strings found in DCGM's source (NVIDIA/DCGM v4.5.3):
-# `dcgmlib/src/dcgm_errors.c` errorString() for DCGM_ST_PROFILING_MULTI_PASS and DCGM_ST_IN_USE,
+# a node fault. Only strings found in DCGM's source (NVIDIA/DCGM v4.5.3, the same at v4.6.0):
+# `dcgmlib/src/dcgm_errors.c` errorString() for DCGM_ST_PROFILING_MULTI_PASS, DCGM_ST_IN_USE and
+# DCGM_ST_DIAG_ALREADY_RUNNING,
 # and the status names of `dcgmlib/dcgm_structs.h`.
 PROFILING_BUSY: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (
@@ -222,6 +223,13 @@ PROFILING_BUSY: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         ),
         "a DCGM resource was in use (DCGM_ST_IN_USE): another diagnostic or profiling client holds "
         "these GPUs",
+    ),
+    (
+        re.compile(
+            r"A diag instance is already running, cannot run a new diag until the current one finishes"
+            r"|DCGM_ST_DIAG_ALREADY_RUNNING"
+        ),
+        "another DCGM diagnostic was running on these GPUs (DCGM_ST_DIAG_ALREADY_RUNNING)",
     ),
 )
 

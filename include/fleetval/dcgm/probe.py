@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleetval.dcgm.exit_codes import REPORTED_EXIT_CODES
 from fleetval.probes.pod import ProbeSpec
 
 # DCGM diagnostics image, pinned by tag; a site overrides it (a mirror, a digest) with FLEETVAL_DCGM_IMAGE.
 DCGM_IMAGE: Final = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
-# dcgmi's exit codes when the diagnostic ran to the end (dcgmi Diag.cpp, as unsigned bytes): 0 all
-# passed, 205 an isolate-priority failure (DCGM_ST_NVVS_ISOLATE_ERROR), 226 any other failed test
-# (DCGM_ST_NVVS_ERROR). Anything else is the harness (no host engine 235, killed, not found 127).
-DCGM_REPORTED_EXIT_CODES: Final = (0, 205, 226)
+# dcgmi's exit codes whose output is evidence (0 passed, 205/226 a test failed, 217/218/222 DCGM
+# busy with another client), per supported version: fleetval.dcgm.exit_codes. Anything else is the
+# harness (no host engine 235, killed, not found 127).
+DCGM_REPORTED_EXIT_CODES: Final = REPORTED_EXIT_CODES
 
 
 def dcgm_diag_probe(node: str, *, level: int, gpus: int, run_key: str, image: str = DCGM_IMAGE) -> ProbeSpec:

@@ -14,7 +14,9 @@ Test sets per level (DCGM user guide): r1 runs only the software/deployment chec
 memory and pcie plugins; r3 adds diagnostic, targeted stress/power and memory bandwidth; r4 adds
 memtest and the pulse test. A fault shows in the plugin that finds it: `memory` and `thermal_warn`
 in memory, `pcie` and `nvlink` in pcie (DCGM's pcie plugin reports NVLink error counters), so an
-r1 run, like a real one, sees none of them.
+r1 run, like a real one, sees none of them. `profiling_busy` is no hardware fault: a dcgm-exporter
+beside the diagnostic holds DCGM's profiling module, and the pcie plugin's profiling watch fails
+(DCGM_ST_PROFILING_MULTI_PASS) on each GPU it is given.
 
 Warnings carry DCGM's own codes (dcgm_errors.h / dcgm_errors.c): error_id, category, severity and
 message text with the suggested next step appended, as dcgmi prints them. DCGM 4.x prints a warn
@@ -36,12 +38,17 @@ from fleetval.errors import SpecError
 
 DCGM_VERSIONS: Final[dict[int, str]] = {3: "3.3.9", 4: "4.2.3"}
 DEVICE_ID: Final = "2330"  # PCI device id of H100 SXM5 80GB, as in "GPU Device IDs Detected"
-FAULT_KINDS: Final = ("memory", "pcie", "nvlink", "thermal_warn")
+FAULT_KINDS: Final = ("memory", "pcie", "nvlink", "thermal_warn")  # hardware faults of one GPU
+# Not a GPU's fault: DCGM's profiling module held by another client (dcgm-exporter's DCP watches).
+BUSY_KINDS: Final = ("profiling_busy",)
 
 _SUGGEST_FIELD_DIAG: Final = "Run a field diagnostic on the GPU."
 _SUGGEST_COOLING: Final = (
     "Verify that the cooling on this machine is functional, including external, "
     "thermal material interface, fans, and any other components."
+)
+_SUGGEST_SYSTEM_TRIAGE: Final = (  # SYSTEM_TRIAGE_MSG, DCGM_FR_DCGM_API's suggestion
+    "Check DCGM and system logs for errors. Reset GPU. Restart DCGM. Rerun diagnostics."
 )
 _SUGGEST_BANDWIDTH: Final = (
     "Verify that your minimum bandwidth setting is appropriate for the topology of each GPU. "
@@ -54,7 +61,7 @@ class DcgmFault:
     """A fault injected on one GPU of a simulated node."""
 
     gpu: int
-    kind: str  # "memory" | "pcie" | "nvlink" | "thermal_warn"
+    kind: str  # "memory" | "pcie" | "nvlink" | "thermal_warn" | "profiling_busy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,19 @@ _FAULTS: Final[dict[str, _FaultSpec]] = {
         11,
         2,
         f"Detected 14 Replay NvLink errors on GPU {{gpu}}'s NVLink (should be 0) {_SUGGEST_FIELD_DIAG}",
+    ),
+    # DCGM_FR_DCGM_API ("Error using DCGM API %s") with errorString(DCGM_ST_PROFILING_MULTI_PASS):
+    # the pcie plugin's watch on the profiling (DCP) PCIe/NVLink byte counters, which dcgm-exporter
+    # collects by default, refused because the exporter's watches hold the profiling module.
+    # TRIAGE, INTERNAL_OTHER: dcgm_errors.c's table entry for the code at v3.3.9 and v4.6.0.
+    "profiling_busy": _FaultSpec(
+        "pcie",
+        "Fail",
+        67,
+        16,
+        4,
+        "Error using DCGM API dcgmProfWatchFields: The requested profiling metrics cannot be collected "
+        f"in a single pass {_SUGGEST_SYSTEM_TRIAGE}",
     ),
     # DCGM_FR_THERMAL_VIOLATIONS_TS: MONITOR, HARDWARE_THERMAL
     "thermal_warn": _FaultSpec(
@@ -213,7 +233,8 @@ def render_dcgm(
         raise ValueError(f"need gpu_count >= 1 and one UUID per GPU, got {gpu_count} and {len(gpu_uuids)}")
     for fault in faults:
         if fault.kind not in _FAULTS:
-            raise SpecError(f"unknown DCGM fault kind {fault.kind!r}; known: {', '.join(FAULT_KINDS)}")
+            known = ", ".join((*FAULT_KINDS, *BUSY_KINDS))
+            raise SpecError(f"unknown DCGM fault kind {fault.kind!r}; known: {known}")
         if not 0 <= fault.gpu < gpu_count:
             raise SpecError(f"fault on GPU {fault.gpu} but the node has GPUs 0..{gpu_count - 1}")
 

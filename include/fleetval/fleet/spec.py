@@ -40,6 +40,8 @@ FAULT_KINDS: Final[dict[str, tuple[str, frozenset[str], frozenset[str], bool]]] 
     "dcgm.pcie": ("device", frozenset({"gpu"}), frozenset(), True),
     "dcgm.nvlink": ("device", frozenset({"gpu"}), frozenset(), True),
     "dcgm.thermal_warn": ("device", frozenset({"gpu"}), frozenset(), True),
+    # DCGM's profiling module busy while the node's dcgm-exporter runs (sim/images.py dcgm_report).
+    "dcgm.exporter_contention": ("device", frozenset(), frozenset(), True),
     "xid": ("device", frozenset({"code", "gpu"}), frozenset({"count"}), True),
     "nccl.nvlink_degraded": ("network", frozenset(), frozenset({"factor"}), True),
     "nccl.socket_fallback": ("network", frozenset(), frozenset(), True),

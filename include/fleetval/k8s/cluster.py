@@ -135,6 +135,27 @@ class KubeCluster:
         """Pods holding GPUs on each node: bound and not finished (Pending on a node holds its GPUs too)."""
         return gpu_pods_per_node(self.core)
 
+    def labelled_nodes(self, label_key: str) -> dict[str, dict[str, str]]:
+        """name → labels of every node carrying `label_key` (the API filters: cheap on a big fleet)."""
+        return {
+            node.metadata.name: dict(node.metadata.labels or {})
+            for node in paged(
+                lambda token: self.core.list_node(label_selector=label_key, limit=PAGE, _continue=token)
+            )
+        }
+
+    def nodes_running_pods(self, label_selector: str) -> set[str]:
+        """The nodes where a not-finished pod matching `label_selector` is (any namespace)."""
+        pods = paged(
+            lambda token: self.core.list_pod_for_all_namespaces(
+                label_selector=label_selector,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                limit=PAGE,
+                _continue=token,
+            )
+        )
+        return {pod.spec.node_name for pod in pods if pod.spec is not None and pod.spec.node_name}
+
     # --- probe pods -----------------------------------------------------------------------------
     def prune_failed_probe_pods(self, namespace: str, *, keep: int = KEEP_FAILED_PODS) -> list[str]:
         """Delete all but the newest `keep` failed probe pods (kept for forensics, but bounded);

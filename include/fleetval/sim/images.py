@@ -114,6 +114,8 @@ DCGM_FAULT_KINDS: Final = {
     "dcgm.thermal_warn": "thermal_warn",
 }
 XID_CLASS_TO_DCGM: Final = {"memory": "memory", "device": "pcie", "link": "nvlink"}
+# A node fault, not a GPU's: while the node's dcgm-exporter runs, DCGM's profiling module is busy.
+EXPORTER_CONTENTION: Final = "dcgm.exporter_contention"
 # dcgm_errors.c priorities of the renderer's findings, by `error_severity` value (ISOLATE = 2).
 _DCGM_ISOLATE: Final = 2
 _DCGM_EXIT_NVVS_ERROR: Final = 226  # DCGM_ST_NVVS_ERROR (-30) as an exit byte
@@ -370,6 +372,9 @@ class ContainerContext:
     driver_version: str = ""  # the node's loaded driver ("" = its profile's; a driver upgrade changes it)
     mig: mig_sim.MigView | None = None  # the MIG devices the device plugin gave it (mig_manager)
     started_at: float | None = None  # when it started (the date nvidia-smi prints)
+    # The node's dcgm-exporter was up when the container started (its deploy label "true"): its
+    # profiling watches then compete with a diagnostic's (fault `dcgm.exporter_contention`).
+    exporter_running: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,16 +444,20 @@ def dcgm_report(
     gpu_indices: Sequence[int] | None = None,
     fmt: str = "json",
     driver_version: str = "",
+    exporter_running: bool = False,
 ) -> str:
     """What `dcgmi diag -r <level>` (`-j` when fmt="json") prints on `node`, seeing the GPUs in
     `gpu_indices` (all of the node's when None) as 0..n-1 in index order, with their UUIDs, on
-    `driver_version` (the profile's when "")."""
+    `driver_version` (the profile's when ""); `exporter_running`: the node's dcgm-exporter is up, so
+    a `dcgm.exporter_contention` node finds DCGM's profiling module busy on every GPU."""
     profile = fleet.profile_of(node)
     indices = sorted(set(gpu_indices)) if gpu_indices is not None else list(range(profile.gpus))
     local = {physical: i for i, physical in enumerate(indices)}
     faults = [
         DcgmFault(gpu=local[f.gpu], kind=f.kind) for f in dcgm_faults(fleet, node, level) if f.gpu in local
     ]
+    if exporter_running and any(f.kind == EXPORTER_CONTENTION for f in fleet.faults_on(node, "device")):
+        faults += [DcgmFault(gpu=i, kind="profiling_busy") for i in range(len(indices))]
     return render_dcgm(
         level=level,
         gpu_count=len(indices),
@@ -842,13 +851,21 @@ def _run_dcgmi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> 
         out.out("Error: unable to establish a connection to the specified host: localhost\n")
         out.out("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
         return _DCGM_EXIT_NO_CONNECTION
-    node, gpus, driver = proc.ctx.node, proc.ctx.gpu_indices, proc.ctx.driver_version
-    report = dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt=fmt, driver_version=driver)
-    as_json = (
-        report
-        if fmt == "json"
-        else dcgm_report(proc.fleet, node, level, gpu_indices=gpus, fmt="json", driver_version=driver)
-    )
+    ctx = proc.ctx
+
+    def diag(output: str) -> str:
+        return dcgm_report(
+            proc.fleet,
+            ctx.node,
+            level,
+            gpu_indices=ctx.gpu_indices,
+            fmt=output,
+            driver_version=ctx.driver_version,
+            exporter_running=ctx.exporter_running,
+        )
+
+    report = diag(fmt)
+    as_json = report if fmt == "json" else diag("json")
     proc.elapsed += DCGM_DIAG_SECONDS[level]
     out.out(report)
     return dcgm_exit_code(as_json)

@@ -52,6 +52,7 @@ def test_every_design_fault_kind_is_known() -> None:
         "dcgm.pcie",
         "dcgm.nvlink",
         "dcgm.thermal_warn",
+        "dcgm.exporter_contention",
         "xid",
         "nccl.nvlink_degraded",
         "nccl.socket_fallback",

@@ -1258,6 +1258,11 @@ class SimKubeCluster:
             driver_version=self.node_driver(node),
             mig=mig_view,
             started_at=now,
+            exporter_running=operands.exporter_running(
+                self.spec,
+                node,
+                self.objects.get(("v1/nodes", "", node), {}).get("metadata", {}).get("labels") or {},
+            ),
         )
         image = str(container.get("image", ""))
         command = ["" if a is None else str(a) for a in container.get("command") or []]

@@ -12,13 +12,17 @@ the operator's troubleshooting guide shows for a driver in CrashLoopBackOff.
 The fleet spec's `op.operand_down` (`operand`: driver, container-toolkit, device-plugin,
 dcgm-exporter, gpu-feature-discovery, mig-manager or validator) crash-loops that operand's pod on
 its node. The pods are stored with the status the DaemonSets' kubelets would report; the
-simulated kubelet does not run them (annotation SIM_STATIC) and they hold no resources.
+simulated kubelet does not run them (annotation SIM_STATIC) and they hold no resources. Each
+DaemonSet selects the nodes whose `nvidia.com/gpu.deploy.<operand>` label is "true" (DEPLOY_LABELS):
+`operand_daemonsets` takes a pod off a node labelled otherwise and brings it back, under the same
+name (`operand_pod_name`), when the label is "true" again.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 from fleetval.fleet.spec import FleetSpec
@@ -47,6 +51,11 @@ OPERANDS: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
         "cloud-native/gpu-operator-validator:v25.3.2",
         ("driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation"),
     ),
+}
+# The node label each operand's DaemonSet selects on (`nvidia.com/gpu.deploy.<operand>: "true"`).
+DEPLOY_LABELS: Final[dict[str, str]] = {
+    operand: f"nvidia.com/gpu.deploy.{'operator-validator' if operand == 'validator' else operand}"
+    for operand in OPERANDS
 }
 CUDA_VALIDATOR: Final = "nvidia-cuda-validator"
 # What each operand needs running first (the validator's markers it waits for).
@@ -80,6 +89,31 @@ def down_operands(spec: FleetSpec, node: str) -> set[str]:
     return {
         str(f.params.get("operand", "driver")) for f in spec.faults_on(node) if f.kind == "op.operand_down"
     }
+
+
+def pod_name(fleet: str, node: str, daemonset: str) -> str:
+    """The name of `daemonset`'s pod on `node` of fleet `fleet`: the same every time, so a controller
+    finds it without listing pods."""
+    return f"{daemonset}-{_suffix(fleet, node, daemonset)}"
+
+
+def operand_pod_name(spec: FleetSpec, node: str, operand: str) -> str:
+    return pod_name(spec.name, node, OPERANDS[operand][0])
+
+
+def deployed(labels: Mapping[str, str], operand: str) -> bool:
+    """Whether the operand's DaemonSet selects a node with `labels`. A missing label counts as
+    "true": the operator labels every GPU node that lacks one (state-manager labelGPUNodes)."""
+    return labels.get(DEPLOY_LABELS[operand], "true") == "true"
+
+
+def exporter_running(spec: FleetSpec, node: str, labels: Mapping[str, str]) -> bool:
+    """Whether dcgm-exporter is up on `node` (its pod deployed and neither it nor what it waits
+    for crash-looping): the exporter then holds DCGM's profiling module on the node's GPUs."""
+    if spec.profile_of(node).gpus < 1 or not deployed(labels, "dcgm-exporter"):
+        return False
+    down = down_operands(spec, node)
+    return "dcgm-exporter" not in down and not any(o in down for o in NEEDS["dcgm-exporter"])
 
 
 def _container_status(
@@ -116,6 +150,31 @@ def _pod(name: str, node: str, image: str, container: str, inits: tuple[str, ...
     }
 
 
+def operand_pod(
+    spec: FleetSpec, node: str, operand: str, *, down: set[str], started_at: str = STARTED_AT
+) -> dict[str, Any]:
+    """`operand`'s pod on `node`, with the status its DaemonSet's kubelet reports: crash-looping
+    when it is in `down`, waiting in its init containers while one it needs is, else Running."""
+    _daemonset, tag, inits = OPERANDS[operand]
+    image = f"{IMAGE_REGISTRY}/{tag}"
+    pod = _pod(operand_pod_name(spec, node, operand), node, image, f"{operand}-ctr", inits)
+    if operand in down:
+        state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off 5m0s restarting failed container={operand}-ctr",
+            }
+        }
+        crashing = (state, False, CRASH_RESTARTS)
+        pod["status"] = _status(pod, "Running", inits_done=True, main=crashing, started_at=started_at)
+    elif any(o in down for o in NEEDS[operand]):
+        pod["status"] = _status(pod, "Pending", inits_done=False, started_at=started_at)
+    else:
+        running = ({"running": {"startedAt": started_at}}, True, 0)
+        pod["status"] = _status(pod, "Running", inits_done=True, main=running, started_at=started_at)
+    return pod
+
+
 def operand_pods(spec: FleetSpec) -> list[dict[str, Any]]:
     """Every operand pod of every GPU node, with its status (see module doc)."""
     pods: list[dict[str, Any]] = []
@@ -123,27 +182,7 @@ def operand_pods(spec: FleetSpec) -> list[dict[str, Any]]:
         if spec.profiles[rack.profile].gpus < 1:
             continue
         down = down_operands(spec, node)
-        for operand, (daemonset, tag, inits) in OPERANDS.items():
-            image = f"{IMAGE_REGISTRY}/{tag}"
-            pod = _pod(
-                f"{daemonset}-{_suffix(spec.name, node, daemonset)}", node, image, f"{operand}-ctr", inits
-            )
-            blocked_by = [o for o in NEEDS[operand] if o in down]
-            if operand in down:
-                state = {
-                    "waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": f"back-off 5m0s restarting failed container={operand}-ctr",
-                    }
-                }
-                pod["status"] = _status(pod, "Running", inits_done=True, main=(state, False, CRASH_RESTARTS))
-            elif blocked_by:
-                pod["status"] = _status(pod, "Pending", inits_done=False)
-            else:
-                pod["status"] = _status(
-                    pod, "Running", inits_done=True, main=({"running": {"startedAt": STARTED_AT}}, True, 0)
-                )
-            pods.append(pod)
+        pods.extend(operand_pod(spec, node, operand, down=down) for operand in OPERANDS)
         image = f"{IMAGE_REGISTRY}/{OPERANDS['validator'][1]}"
         validator = _pod(
             f"{CUDA_VALIDATOR}-{_suffix(spec.name, node, CUDA_VALIDATOR)}",
@@ -161,20 +200,24 @@ def operand_pods(spec: FleetSpec) -> list[dict[str, Any]]:
 
 
 def _status(
-    pod: dict[str, Any], phase: str, *, inits_done: bool, main: tuple[dict[str, Any], bool, int] | None = None
+    pod: dict[str, Any],
+    phase: str,
+    *,
+    inits_done: bool,
+    main: tuple[dict[str, Any], bool, int] | None = None,
+    started_at: str = STARTED_AT,
 ) -> dict[str, Any]:
     spec = pod["spec"]
     if inits_done:
-        inits = [
-            _container_status(c["name"], c["image"], COMPLETED, ready=True) for c in spec["initContainers"]
-        ]
+        done = {"terminated": {**COMPLETED["terminated"], "startedAt": started_at, "finishedAt": started_at}}
+        inits = [_container_status(c["name"], c["image"], done, ready=True) for c in spec["initContainers"]]
     else:
         # The first init container waits for a validator marker; the rest have not started.
         inits = [
             _container_status(
                 c["name"],
                 c["image"],
-                {"running": {"startedAt": STARTED_AT}}
+                {"running": {"startedAt": started_at}}
                 if i == 0
                 else {"waiting": {"reason": "PodInitializing"}},
                 ready=False,
@@ -197,7 +240,7 @@ def _status(
     return {
         "phase": phase,
         "hostIP": "",
-        "startTime": STARTED_AT,
+        "startTime": started_at,
         "conditions": [
             {"type": "Initialized", "status": "True" if inits_done else "False"},
             {"type": "Ready", "status": "True" if ready_all else "False"},

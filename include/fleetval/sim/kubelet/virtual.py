@@ -54,7 +54,7 @@ from urllib3.exceptions import HTTPError
 
 from fleetval.fleet.spec import FleetSpec
 from fleetval.sim.images import ContainerContext
-from fleetval.sim.kube import processes
+from fleetval.sim.kube import operands, processes
 from fleetval.sim.kube.meta import TERMINAL, rfc3339
 from fleetval.sim.kube.nodes import node_object, unhealthy_gpus
 from fleetval.sim.kubelet.runtime import (
@@ -390,6 +390,7 @@ class VirtualKubelet:
                 shm_bytes=shm_bytes(pod, container),
                 driver_version=self.spec.profile_of(node).driver_version,
                 started_at=now,
+                exporter_running=operands.exporter_running(self.spec, node, self._node_labels(node)),
             )
             run = simulated_run(self.spec, container, ctx, gpus, now, self.time_scale)
         status = pod.setdefault("status", {})
@@ -403,6 +404,12 @@ class VirtualKubelet:
         self._event(pod, "Normal", "Started", f"Started container {container['name']}", now)
         self._write_status(state, pod)
         self._progress(state, pod, now)
+
+    def _node_labels(self, node: str) -> dict[str, str]:
+        """The node's labels now, as the kubelet reads its Node (the GPU Operator and fleetval change
+        its `nvidia.com/gpu.deploy.*` labels)."""
+        obj = self.api.sanitize_for_serialization(self.core.read_node(node))
+        return dict((obj.get("metadata") or {}).get("labels") or {})
 
     def _start_process(
         self, state: PodState, pod: dict[str, Any], container: dict[str, Any], gpus: list[int], now: float
