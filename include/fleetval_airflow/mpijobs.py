@@ -6,7 +6,9 @@ trigger they defer to (`triggers.mpijob.MPIJobTrigger`).
   the queue label), one per task try (`<name>-t<try>`), labelled with its probe. An nccl probe is
   checked first (`fleetval.nccl.preflight`: mpi-operator serving the MPIJob, the workers' RDMA
   device), and the job is created with `fieldValidation=Strict`; a cluster not set up for it is a
-  `ProbeConfigError` (a configuration error: not retried). A job of the same
+  `ProbeConfigError` (a configuration error: not retried). An mpi-operator v0.4 CRD refusing
+  `spec.launcherCreationPolicy` gets the v0.4 form of the job instead (`fleetval.nccl.mpijob`),
+  and the runner's later jobs go straight to it. A job of the same
   probe that is still queued or running is reattached to instead (a retried task, a worker lost
   mid-wait); one that succeeded is collected (its output not yet stored).
 - **Wait**: a job is done when it is `Succeeded` or `Failed`; when still suspended (Kueue never
@@ -15,9 +17,10 @@ trigger they defer to (`triggers.mpijob.MPIJobTrigger`).
 - **Collect**: the launcher pod's log is the raw output (read with `_preload_content=False`: the
   kubernetes client's str conversion mangles plain text), its exit code says whether nccl-tests
   reported (`ProbeSpec.reported_exit_codes`: the output decides) or the harness broke (127 a
-  missing binary, a killed launcher). A succeeded job is deleted; a failed one is kept for
-  forensics (pruned to the newest `KEEP_FAILED_JOBS` at the start of each sweep); a job never
-  admitted or overdue is deleted, so it cannot start later on nodes that have moved on.
+  missing binary, a killed launcher, a v0.4 launcher whose workers never became reachable). A
+  succeeded job is deleted; a failed one is kept for forensics (pruned to the newest
+  `KEEP_FAILED_JOBS` at the start of each sweep); a job never admitted or overdue is deleted, so
+  it cannot start later on nodes that have moved on.
 """
 
 from __future__ import annotations
@@ -181,6 +184,8 @@ class MPIJobRunner:
         self.clock = clock
         self.sleep = sleep
         self.log = log
+        # The mpi-operator release whose MPIJob the cluster takes, once a create has told.
+        self.mpi_operator = mpijob.MPI_OPERATOR_V05
 
     def _info(self, msg: str, *args: Any) -> None:
         if self.log is not None:
@@ -193,7 +198,8 @@ class MPIJobRunner:
         An nccl probe first checks that the cluster serves fleetval's MPIJob and finds the RDMA
         devices its workers request (`fleetval.nccl.preflight`); the job is created with
         `fieldValidation=Strict`, so an mpi-operator whose CRD lacks a field fleetval sets refuses
-        it. A cluster that is not set up for the probe raises `preflight.ProbeConfigError`."""
+        it: v0.4's refusal of `spec.launcherCreationPolicy` gets the v0.4 form, any other refusal
+        raises. A cluster that is not set up for the probe raises `preflight.ProbeConfigError`."""
         api = _api(self.namespace)
         devices = self.worker_devices
         if spec.tool == "nccl":
@@ -210,13 +216,38 @@ class MPIJobRunner:
             return self._ref(spec, job)
         if spec.tool == "nccl":
             devices = preflight.worker_devices(self.core, spec, self.worker_devices)
+        name = mpijob.mpijob_name(spec, attempt)
+        try:
+            job = self._create(spec, name, devices)
+        except ApiException as exc:
+            if self.mpi_operator == mpijob.MPI_OPERATOR_V04 or not mpijob.rejects_launcher_creation_policy(
+                exc.status, exc.body
+            ):
+                raise
+            self._info("the cluster's MPIJob CRD is mpi-operator v0.4's: creating %s in its form", name)
+            self.mpi_operator = mpijob.MPI_OPERATOR_V04
+            job = self._create(spec, name, devices)
+        self._info(
+            "created MPIJob %s for %s (queue %s, mpi-operator %s)",
+            name,
+            spec.probe_key,
+            self.queue,
+            self.mpi_operator,
+        )
+        return self._ref(spec, job)
+
+    def _create(self, spec: ProbeSpec, name: str, devices: Sequence[tuple[str, str]]) -> Mapping[str, Any]:
+        """Create the job for `self.mpi_operator` with fieldValidation=Strict (an existing one of the
+        name is taken); ApiException for a refusal, ProbeConfigError where it says why."""
+        api = _api(self.namespace)
         body = mpijob.mpijob_manifest(
             spec,
             queue_name=self.queue,
             namespace=self.namespace,
             admission_timeout_s=self.admission_timeout_s,
-            name=mpijob.mpijob_name(spec, attempt),
+            name=name,
             worker_devices=devices,
+            mpi_operator=self.mpi_operator,
         )
         try:
             job = self.custom.create_namespaced_custom_object(body=body, field_validation="Strict", **api)
@@ -226,11 +257,8 @@ class MPIJobRunner:
                 if hint:
                     raise preflight.ProbeConfigError(hint) from exc
                 raise
-            job = self.custom.get_namespaced_custom_object(name=body["metadata"]["name"], **api)
-        self._info(
-            "created MPIJob %s for %s (queue %s)", body["metadata"]["name"], spec.probe_key, self.queue
-        )
-        return self._ref(spec, job if isinstance(job, Mapping) else body)
+            job = self.custom.get_namespaced_custom_object(name=name, **api)
+        return job if isinstance(job, Mapping) else body
 
     def _ref(self, spec: ProbeSpec, job: Mapping[str, Any]) -> JobRef:
         created = _created_at(job, self.clock())
@@ -260,10 +288,12 @@ class MPIJobRunner:
         raw, code, error = "", None, None
         if result in DONE:
             pod = self._launcher(ref)
+            waited = None
             if pod is not None:
                 raw = self._log(pod)
                 code = _exit_code(pod)
-            error = launcher_failure(code, spec, result, ref.name, raw)
+                waited = _wait_failure(pod)
+            error = waited or launcher_failure(code, spec, result, ref.name, raw)
             if result == "Succeeded":
                 self.delete(ref)
         elif result == NOT_ADMITTED:
@@ -346,6 +376,17 @@ def _probe_key(job: Mapping[str, Any]) -> str | None:
     annotations = (job.get("metadata") or {}).get("annotations") or {}
     key = annotations.get(mpijob.PROBE_KEY_ANNOTATION)
     return str(key) if key is not None else None
+
+
+def _wait_failure(pod: Any) -> str | None:
+    """Why a v0.4 launcher never ran mpirun: its wait for the workers failed (mpijob module doc)."""
+    statuses = (pod.status.init_container_statuses if pod.status else None) or []
+    for status in statuses:
+        ended = status.state.terminated if status.state else None
+        if status.name == mpijob.WAIT_FOR_WORKERS and ended and ended.exit_code:
+            detail = (ended.message or "").strip() or f"exit code {ended.exit_code}"
+            return f"the MPIJob launcher's wait for its workers failed: {detail}"
+    return None
 
 
 def _exit_code(pod: Any) -> int | None:

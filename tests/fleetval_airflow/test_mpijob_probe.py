@@ -8,7 +8,9 @@ per round until it has located the bad node. The trigger's waiting rules run aga
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +22,7 @@ from fleetval.nccl import mpijob
 from fleetval.nccl import plan as nccl_plan
 from fleetval.nccl.probe import nccl_probe
 from fleetval.probes.pod import ProbeSpec
+from fleetval.records import Result
 from fleetval_airflow.mpijobs import NOT_ADMITTED, OVERDUE, JobRef, MPIJobRunner, backoff, outcome, poll
 from tests.nccl_lab import NETLAB, Lab
 
@@ -337,7 +340,7 @@ def test_a_cluster_without_fleetvals_mpijob_api_fails_the_task_without_retry(
     with pytest.raises(AirflowFailException, match="training-operator"):
         operator(spec, kube.run).execute(context("nccl_pair"))
     error = stored(kube, spec)["spec"]["harness_error"]
-    assert error.startswith("ProbeConfigError: ") and "mpi-operator >= v0.5" in error
+    assert error.startswith("ProbeConfigError: ") and "mpi-operator >= v0.4" in error
     assert jobs(kube) == []  # stopped before any MPIJob API call
 
 
@@ -359,10 +362,8 @@ def test_nodes_without_an_rdma_device_are_a_configuration_error(
 
 
 def test_the_job_is_created_with_strict_field_validation(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The simulated API server rejects an unknown field under fieldValidation=Strict, as
-    mpi-operator v0.4's CRD rejects spec.launcherCreationPolicy; that one is named as such."""
-    from fleetval.nccl import preflight
-
+    """The simulated API server rejects an unknown field under fieldValidation=Strict: the refusal
+    is the task's error, never a job created without the field."""
     manifest = mpijob.mpijob_manifest
 
     def with_unknown_field(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -375,21 +376,89 @@ def test_the_job_is_created_with_strict_field_validation(kube: Any, monkeypatch:
     with pytest.raises(ApiException) as rejected:
         runner.submit(pair(), attempt=1)
     assert "noSuchField" in str(rejected.value.body) and jobs(kube) == []
+    assert runner.mpi_operator == mpijob.MPI_OPERATOR_V05  # not mistaken for v0.4
 
-    class V04:  # what mpi-operator v0.4's CRD (v2beta1 without the field) answers under Strict
-        def __getattr__(self, name: str) -> Any:
-            return getattr(kube.custom, name)
 
-        def create_namespaced_custom_object(self, **kwargs: Any) -> Any:
-            assert kwargs["field_validation"] == "Strict"
-            exc = ApiException(status=422, reason="Unprocessable Entity")
-            exc.body = 'MPIJob.kubeflow.org "x" is invalid: unknown field "spec.launcherCreationPolicy"'
-            raise exc
+class V04Custom:
+    """A CustomObjectsApi of an mpi-operator v0.4 cluster: creates are validated against v0.4.0's
+    real CRD by the project's validator and refused with the API server's 400 `Status` body."""
 
-    monkeypatch.setattr(mpijob, "mpijob_manifest", manifest)
-    v04 = MPIJobRunner(V04(), kube.core, namespace=NS, queue="no-such-queue")
-    with pytest.raises(preflight.ProbeConfigError, match=r"mpi-operator v0\.4"):
-        v04.submit(pair(), attempt=1)
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.refused = 0
+
+    def list_namespaced_custom_object(self, **_: Any) -> dict[str, Any]:
+        return {"items": []}
+
+    def create_namespaced_custom_object(
+        self, *, body: dict[str, Any], field_validation: str, **_: Any
+    ) -> Any:
+        from fleetval.k8s.validation import ApiError, check_custom, load_crd_release
+
+        crd = load_crd_release("kubeflow.org", "mpijobs", "v0.4.0")
+        try:
+            kept, _ = check_custom(copy.deepcopy(body), crd, "v2beta1", field_validation=field_validation)
+        except ApiError as refused:
+            self.refused += 1
+            exc = ApiException(status=refused.code, reason="Bad Request")
+            exc.body = json.dumps(refused.body)
+            raise exc from None
+        self.created.append(kept)
+        return kept
+
+
+def test_on_mpi_operator_v04_the_job_is_recreated_in_its_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetval.nccl import preflight
+
+    monkeypatch.setattr(preflight, "served_kubeflow_versions", lambda custom: {"v2beta1": ["mpijobs"]})
+    custom = V04Custom()
+    runner = MPIJobRunner(custom, None, namespace=NS, queue="q", worker_devices=[("rdma/ib", "1")])
+    ref = runner.submit(pair(), attempt=1)
+    assert (custom.refused, runner.mpi_operator) == (1, mpijob.MPI_OPERATOR_V04)
+    [job] = custom.created
+    assert job["metadata"]["name"] == ref.name == f"{mpijob.mpijob_name(pair())}-t1"
+    assert "launcherCreationPolicy" not in job["spec"]
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    assert [c["name"] for c in launcher["initContainers"]] == [mpijob.WAIT_FOR_WORKERS]
+    # The runner remembers: the next probe goes straight to the v0.4 form.
+    runner.submit(pair(["r01-n02", "r02-n02"]), attempt=1)
+    assert custom.refused == 1 and len(custom.created) == 2
+
+
+def test_on_a_v04_simulator_a_healthy_pair_passes(
+    sim_kube: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """netlab on the simulated mpi-operator v0.4: the create falls back to the v0.4 form, the
+    launcher is created with the workers (its init container waits for them; the simulated
+    kubelet does not run init containers) and the probe's output judges the pair a pass."""
+    fleet = tmp_path / "netlab-mpi-v04.yaml"
+    fleet.write_text(NETLAB.read_text() + "mpi_operator: v0.4\n")
+    kube = sim_kube(fleet)
+    built: list[str] = []
+    manifest = mpijob.mpijob_manifest
+
+    def recorded(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        built.append(kwargs["mpi_operator"])
+        return manifest(*args, **kwargs)
+
+    monkeypatch.setattr(mpijob, "mpijob_manifest", recorded)
+    fv_run = kube.store.ensure_run("mpijob-v04", suite=nccl_plan.SUITE, backend="kubernetes")
+    spec = pair()
+    result = operator(spec, fv_run).execute(context("nccl_pair"))
+    assert result["outcome"] == "Succeeded" and result["exit_code"] == 0
+    assert built == [mpijob.MPI_OPERATOR_V05, mpijob.MPI_OPERATOR_V04]  # refused, then v0.4's form
+    [probe] = kube.store.probes(fv_run, [spec.probe_key])
+    assert probe["spec"]["harness_error"] is None
+    events = kube.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={result['mpijob']}")
+    assert any("Admitted" in (e.message or "") for e in events.items)
+    [outcome] = nccl_judge.judge_stored_nccl(
+        kube.store, fv_run, [spec.probe_key], lookup=lambda p, s: nccl_judge.BaselineRef(p, s)
+    )
+    # One repeat and no promoted baseline: bandwidth and stability are inconclusive; every
+    # criterion a single run decides (transport, errors, correctness...) passes.
+    results = {v.criterion: v.result for v in outcome.verdicts}
+    assert {results[c] for c in nccl_judge.SINGLE_RUN_CRITERIA} == {Result.PASS}, results
+    assert outcome.result is Result.INCONCLUSIVE and not outcome.failed
 
 
 def test_the_launchers_exit_code_is_read_by_the_printed_nccl_tests_version() -> None:
@@ -404,3 +473,51 @@ def test_the_launchers_exit_code_is_read_by_the_printed_nccl_tests_version() -> 
     assert internal is not None and "testInternalError" in internal
     old = "# nThread 1 nGpus 8 minBytes 8\n# Out of bounds values : 3 FAILED\n"  # no version line
     assert launcher_failure(1, spec, "Failed", "job", old) is None
+
+
+def test_a_v04_launcher_whose_workers_never_answered_is_a_harness_error() -> None:
+    """Its `wait-for-workers` init container timed out: the job failed with no launcher exit code,
+    and the error is the wait's own message, never a verdict about the nodes."""
+    from kubernetes.client import models as k8s
+
+    message = "fleetval: MPIJob worker j-worker-1.j-worker.fleetval.svc not reachable on port 22 within 600s"
+    waited = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=1, message=message))
+    launcher = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="j-launcher-abcde", namespace=NS),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="launcher")]),
+        status=k8s.V1PodStatus(
+            phase="Failed",
+            init_container_statuses=[
+                k8s.V1ContainerStatus(
+                    name=mpijob.WAIT_FOR_WORKERS,
+                    state=waited,
+                    image="i",
+                    image_id="",
+                    ready=False,
+                    restart_count=0,
+                )
+            ],
+            container_statuses=[
+                k8s.V1ContainerStatus(
+                    name="launcher",
+                    state=k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason="PodInitializing")),
+                    image="i",
+                    image_id="",
+                    ready=False,
+                    restart_count=0,
+                )
+            ],
+        ),
+    )
+
+    class Core:
+        def list_namespaced_pod(self, namespace: str, label_selector: str) -> Any:
+            return SimpleNamespace(items=[launcher])
+
+        def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=400, reason="container is waiting to start: PodInitializing")
+
+    runner = MPIJobRunner(None, Core(), namespace=NS, queue="q", clock=lambda: 0.0)
+    output = runner.collect(JobRef("j", NS, pair().to_json(), admit_by=1.0, end_by=2.0), "Failed")
+    assert output.exit_code is None and output.raw == ""
+    assert output.error == f"the MPIJob launcher's wait for its workers failed: {message}"

@@ -88,7 +88,10 @@ XID_CODES: Final = range(1, 1000)
 MAX_XID_COUNT: Final = 10_000
 
 DEFAULT_DRIVER_VERSION: Final = "570.133.20"
-TOP_KEYS: Final = frozenset({"name", "seed", "profiles", "racks", "faults"})
+TOP_KEYS: Final = frozenset({"name", "seed", "profiles", "racks", "faults", "mpi_operator"})
+# The mpi-operator release the simulated cluster runs, read from the raw mapping by the simulator:
+# one of those fleetval supports (fleetval.nccl.mpijob.MPI_OPERATOR_VERSIONS); v0.5 when left out.
+MPI_OPERATORS: Final = ("v0.4", "v0.5")
 RACK_KEYS: Final = frozenset({"name", "profile", "nodes"})
 # What a profile may say; the simulator reads the optional ones from the spec's raw mapping.
 PROFILE_REQUIRED: Final = frozenset({"gpu_product", "gpus", "intra_busbw_gbps", "inter_busbw_gbps", "fabric"})
@@ -198,6 +201,11 @@ def load_fleet_spec(source: str | dict[str, Any]) -> FleetSpec:
     if len(faults_in) > MAX_FAULTS:
         raise SpecError(f"fleet spec: faults: at most {MAX_FAULTS} faults, got {len(faults_in)}")
     faults = tuple(_fault(f"faults[{i}]", f, nodes, profiles) for i, f in enumerate(faults_in))
+    if "mpi_operator" in data and data["mpi_operator"] not in MPI_OPERATORS:
+        raise SpecError(
+            f"fleet spec: mpi_operator: must be one of {list(MPI_OPERATORS)}, "
+            f"got {_show(data['mpi_operator'])}"
+        )
     return FleetSpec(
         name=name, seed=seed, profiles=profiles, racks=racks, faults=faults, raw=data, rack_of=nodes
     )

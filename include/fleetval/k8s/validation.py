@@ -1049,23 +1049,23 @@ class Crd:
 
 # The C loader when PyYAML has it: the Kueue Workload CRD alone is 1.4 MB of YAML.
 _YAML_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# An older upstream release of a CRD kept beside the one in use, `<group>_<plural>.<tag>.yaml`
+# (`kubeflow.org_mpijobs.v0.4.0.yaml`): what a cluster on that release serves, loaded only when
+# asked for by `load_crd_release`, so the default set stays one CRD per resource.
+_RELEASE_FILE: Final = re.compile(r"[^/]+_[^/]+\.(v\d+\.\d+\.\d+)\.yaml")
 
 
-@cache
-def _crds() -> dict[tuple[str, str], Crd]:
-    crds: dict[tuple[str, str], Crd] = {}
-    folder = importlib.resources.files("fleetval.k8s").joinpath("crds")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".yaml"):
+def _parse_crds(text: str) -> list[Crd]:
+    crds: list[Crd] = []
+    for doc in yaml.load_all(text, Loader=_YAML_LOADER):
+        if not doc or doc.get("kind") != "CustomResourceDefinition":
             continue
-        for doc in yaml.load_all(entry.read_text(), Loader=_YAML_LOADER):
-            if not doc or doc.get("kind") != "CustomResourceDefinition":
-                continue
-            spec = doc["spec"]
-            names = spec["names"]
-            versions = spec["versions"]
-            served = tuple(v["name"] for v in versions if v.get("served"))
-            crd = Crd(
+        spec = doc["spec"]
+        names = spec["names"]
+        versions = spec["versions"]
+        served = tuple(v["name"] for v in versions if v.get("served"))
+        crds.append(
+            Crd(
                 group=spec["group"],
                 plural=names["plural"],
                 singular=names.get("singular") or names["kind"].lower(),
@@ -1078,6 +1078,21 @@ def _crds() -> dict[tuple[str, str], Crd]:
                 schemas={v["name"]: v["schema"]["openAPIV3Schema"] for v in versions if v.get("served")},
                 subresources={v["name"]: v.get("subresources") or {} for v in versions if v.get("served")},
             )
+        )
+    return crds
+
+
+def _crd_folder() -> Any:
+    return importlib.resources.files("fleetval.k8s").joinpath("crds")
+
+
+@cache
+def _crds() -> dict[tuple[str, str], Crd]:
+    crds: dict[tuple[str, str], Crd] = {}
+    for entry in sorted(_crd_folder().iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml") or _RELEASE_FILE.fullmatch(entry.name):
+            continue
+        for crd in _parse_crds(entry.read_text()):
             crds[(crd.group, crd.plural)] = crd
     return crds
 
@@ -1085,6 +1100,16 @@ def _crds() -> dict[tuple[str, str], Crd]:
 def load_crds() -> dict[tuple[str, str], Crd]:
     """The CRDs fleetval serves, keyed by (group, plural)."""
     return dict(_crds())
+
+
+@cache
+def load_crd_release(group: str, plural: str, tag: str) -> Crd:
+    """The CRD of (group, plural) as upstream release `tag` ships it (`crds/<group>_<plural>.<tag>.yaml`)."""
+    entry = _crd_folder().joinpath(f"{group}_{plural}.{tag}.yaml")
+    found = [c for c in _parse_crds(entry.read_text()) if (c.group, c.plural) == (group, plural)]
+    if len(found) != 1:
+        raise ValueError(f"{entry.name} holds no single CRD for {plural}.{group}")
+    return found[0]
 
 
 _META_KEYS: Final = ("apiVersion", "kind", "metadata")

@@ -15,13 +15,12 @@ would run on sockets). A probe that declares no fabric runs with whatever is fou
 verdict is `inconclusive` anyway: `nccl.transport.no_fabric_declared`). There is no "sockets are
 expected" setting: the transport judge has no such fabric (`ib` | `roce` | none declared).
 
-**mpi-operator.** The MPIJob is `kubeflow.org/v2beta1` with `launcherCreationPolicy`, which needs
-mpi-operator >= v0.5 (kubeflow/mpi-operator: v0.4.0's CRD serves v2beta1 without the field, v0.5.0
-adds it; the Kubeflow training-operator serves `kubeflow.org/v1` MPIJob only). API discovery says
-which kubeflow.org versions the cluster serves and whether v2beta1 has `mpijobs`, so a cluster
-without it gets one error that says what is missing instead of a 404 on every create. Discovery
-cannot tell v0.4 from v0.5 (both serve v2beta1): creating with `fieldValidation=Strict` makes
-v0.4's CRD reject the unknown `spec.launcherCreationPolicy`, which `create_error_hint` explains.
+**mpi-operator.** The MPIJob is `kubeflow.org/v2beta1`, served by mpi-operator v0.4 and later
+(the Kubeflow training-operator serves `kubeflow.org/v1` MPIJob only). API discovery says which
+kubeflow.org versions the cluster serves and whether v2beta1 has `mpijobs`, so a cluster without
+it gets one error that says what is missing instead of a 404 on every create. Discovery cannot
+tell v0.4 from v0.5+ (both serve v2beta1): the create itself does (`fleetval.nccl.mpijob`, module
+doc), and both are supported.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from fleetval.k8s.quantity import Quantity, QuantityError
 from fleetval.nccl import mpijob
 from fleetval.probes.pod import ProbeSpec
 
-MIN_MPI_OPERATOR: Final = "v0.5"
+MIN_MPI_OPERATOR: Final = mpijob.MPI_OPERATOR_V04
 REQUIRED_API: Final = f"{mpijob.GROUP}/{mpijob.VERSION}"
 
 
@@ -188,10 +187,7 @@ def worker_devices(
 def mpijob_api_problem(served: Mapping[str, Sequence[str]] | None) -> str | None:
     """Why the cluster cannot run fleetval's MPIJob, or None. `served`: {kubeflow.org version it
     serves: the resources that version serves}, None when it serves no kubeflow.org group."""
-    need = (
-        f"fleetval needs mpi-operator >= {MIN_MPI_OPERATOR} serving {REQUIRED_API} MPIJob "
-        "(with spec.launcherCreationPolicy)"
-    )
+    need = f"fleetval needs mpi-operator >= {MIN_MPI_OPERATOR} serving {REQUIRED_API} MPIJob"
     if served is not None and mpijob.PLURAL in (served.get(mpijob.VERSION) or ()):
         return None
     if not served:
@@ -235,13 +231,9 @@ def check_mpijob_api(custom: Any) -> None:
 
 
 def create_error_hint(status: int | None, body: str) -> str | None:
-    """What a failed MPIJob create says about the mpi-operator, or None: a 404 (the version is
-    not served) or, created with fieldValidation=Strict, a CRD without launcherCreationPolicy."""
-    if "spec.launcherCreationPolicy" in body and "unknown field" in body:
-        return (
-            f"the cluster's MPIJob CRD has no spec.launcherCreationPolicy (mpi-operator v0.4 serves "
-            f"{REQUIRED_API} without it): fleetval needs mpi-operator >= {MIN_MPI_OPERATOR}"
-        )
+    """What a failed MPIJob create says about the mpi-operator, or None: a 404 means the version is
+    not served (v0.4's refusal of launcherCreationPolicy is no error: the caller retries in v0.4's
+    form)."""
     if status == 404:
         return (
             f"the cluster does not serve {REQUIRED_API} MPIJob: fleetval needs mpi-operator >= "

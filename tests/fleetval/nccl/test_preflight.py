@@ -125,8 +125,7 @@ def test_the_training_operators_v1_mpijob_is_named_as_what_is_missing() -> None:
     problem = mpijob_api_problem({"v1": ["mpijobs", "pytorchjobs", "tfjobs", "xgboostjobs"]})
     assert problem == (
         "the cluster serves kubeflow.org/v1 MPIJob (the Kubeflow training-operator), not "
-        "kubeflow.org/v2beta1: fleetval needs mpi-operator >= v0.5 serving kubeflow.org/v2beta1 "
-        "MPIJob (with spec.launcherCreationPolicy)"
+        "kubeflow.org/v2beta1: fleetval needs mpi-operator >= v0.4 serving kubeflow.org/v2beta1 MPIJob"
     )
     assert "no kubeflow.org API" in str(mpijob_api_problem(None))
     assert "serves no MPIJob (kubeflow.org/v1beta1: experiments)" in str(
@@ -135,11 +134,14 @@ def test_the_training_operators_v1_mpijob_is_named_as_what_is_missing() -> None:
 
 
 def test_a_create_error_names_the_missing_mpi_operator() -> None:
+    """v0.4's refusal of launcherCreationPolicy is no configuration error: the runner creates the
+    v0.4 form instead (`mpijob.rejects_launcher_creation_policy`, test_mpijob_releases.py)."""
     strict = (
         '{"kind":"Status","status":"Failure","message":"MPIJob in version \\"v2beta1\\" cannot be handled '
         'as a MPIJob: strict decoding error: unknown field \\"spec.launcherCreationPolicy\\"","code":400}'
     )
-    assert "mpi-operator v0.4" in str(preflight.create_error_hint(400, strict))
+    assert preflight.create_error_hint(400, strict) is None
+    assert mpijob.rejects_launcher_creation_policy(400, strict)
     assert "does not serve kubeflow.org/v2beta1" in str(preflight.create_error_hint(404, "not found"))
     assert preflight.create_error_hint(409, "AlreadyExists") is None
 

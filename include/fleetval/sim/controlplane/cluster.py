@@ -33,6 +33,7 @@ from fleetval.sim.controlplane.launcher import (
     refuse_running,
     stop,
 )
+from fleetval.sim.kube import mpi_operator
 
 RUNNER_NAMESPACE: Final = "fleetval"
 GPU_OPERATOR_NAMESPACE: Final = "gpu-operator"
@@ -46,6 +47,14 @@ PRODUCT_CRDS: Final = (
     "nvidia.com_nvidiadrivers.yaml",
 )
 DEPLOY_OBJECTS: Final = ("rbac.yaml", "kueue.yaml")
+
+
+def product_crds(spec: FleetSpec) -> tuple[str, ...]:
+    """PRODUCT_CRDS as the fleet's cluster has them: its mpi-operator release's MPIJob CRD."""
+    if mpi_operator.release(spec) != mpi_operator.V04:
+        return PRODUCT_CRDS
+    v04 = f"kubeflow.org_mpijobs.{mpi_operator.V04_CRD_TAG}.yaml"
+    return tuple(v04 if name == "kubeflow.org_mpijobs.yaml" else name for name in PRODUCT_CRDS)
 
 
 def source_deploy_dir() -> Path:
@@ -104,7 +113,7 @@ def up(
     fleet_path.write_text(spec_text)
     crds = [
         yaml.safe_load(resources.files("fleetval.k8s").joinpath("crds", name).read_text())
-        for name in PRODUCT_CRDS
+        for name in product_crds(spec)
     ]
     # The GPU Operator's namespace: deploy/rbac.yaml grants reads of its MIG manager config there.
     namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GPU_OPERATOR_NAMESPACE}}]

@@ -64,6 +64,7 @@ from fleetval.sim.kube.controllers import run_controllers
 from fleetval.sim.kube.jobs import default_job, job_errors
 from fleetval.sim.kube.meta import TERMINAL, rfc3339, truncate_event
 from fleetval.sim.kube.mpi_operator import JOB_ROLE_LABEL
+from fleetval.sim.kube.mpi_operator import served_crd as served_mpijob_crd
 from fleetval.sim.kube.nodes import fleet_nodes, unhealthy_gpus
 from fleetval.sim.kube.resources import Resource, by_kind
 from fleetval.sim.kubelet.runtime import (
@@ -914,7 +915,8 @@ class SimKubeCluster:
                 name = str(obj["metadata"].get("name") or "")
                 raise invalid_error("Job", name, errors, group="batch")
             return obj, warnings
-        crd = load_crds()[(res.group, res.plural)]
+        # The MPIJob CRD is that of the fleet's mpi-operator release (v0.4 lacks fields v0.5 has).
+        crd = served_mpijob_crd(self.spec) if res.kind == "MPIJob" else load_crds()[(res.group, res.plural)]
         return check_custom(body, crd, res.version, field_validation=field_validation)
 
     def _suffix(self) -> str:

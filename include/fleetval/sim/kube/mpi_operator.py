@@ -29,6 +29,16 @@ Facts from kubeflow/mpi-operator v0.8.2 (`pkg/controller/mpi_job_controller.go`,
   Running deletes the running and pending workers, All every worker, None none. Suspending
   deletes the workers.
 
+Two releases, as the fleet spec's `mpi_operator` says (`release`): `v0.5` (the default) plays
+v0.8.2 as above, its API server serving `crds/kubeflow.org_mpijobs.yaml`; `v0.4` plays v0.4.0
+(`served_crd`: `crds/kubeflow.org_mpijobs.v0.4.0.yaml`, which has no `launcherCreationPolicy`,
+so a Strict create carrying it is refused as on such a cluster). v0.4.0's controller
+(`pkg/controller/mpi_job_controller.go`) differs where fleetval can see it: the launcher Job is
+created in the sync that creates the workers, whatever their state (L600, `if launcher == nil`);
+no `launcherCreationPolicy` default; the workers' Service is `<job>-worker` (`workerSuffix`), so
+pods' subdomain and the hostfile's names are `<job>-worker-<i>.<job>-worker.<ns>.svc` (L1203,
+L1332), and workers get no DNS search entry.
+
 Simulator limit: a job asking for more than MAX_WORKERS workers gets a warning event and no pods.
 """
 
@@ -39,12 +49,16 @@ import copy
 import hashlib
 from typing import TYPE_CHECKING, Any, Final
 
+from fleetval.fleet.spec import FleetSpec
 from fleetval.k8s.validation import (
     ApiError,
+    Crd,
     FieldError,
     aggregate,
     dns1035_label,
     invalid,
+    load_crd_release,
+    load_crds,
     not_supported,
     required,
 )
@@ -81,6 +95,10 @@ MAX_WORKERS: Final = 1024
 COMPONENT: Final = "mpi-job-controller"
 _CONFIG_VOLUME: Final = "mpi-job-config"
 _SSH_VOLUME: Final = "ssh-auth"
+V04: Final = "v0.4"
+V05: Final = "v0.5"  # v0.5 and later, played as v0.8.2
+# The upstream CRD release a v0.4 cluster serves (k8s/crds/kubeflow.org_mpijobs.v0.4.0.yaml).
+V04_CRD_TAG: Final = "v0.4.0"
 
 
 class _Stop(Exception):
@@ -91,26 +109,51 @@ def _mpijob() -> Resource:
     return by_kind("MPIJob")
 
 
+def release(fleet: FleetSpec) -> str:
+    """The mpi-operator release the simulated cluster runs: the fleet spec's `mpi_operator`."""
+    return str(fleet.raw.get("mpi_operator") or V05)
+
+
+def served_crd(fleet: FleetSpec) -> Crd:
+    """The MPIJob CRD the simulated API server validates against: that of the cluster's release."""
+    if release(fleet) == V04:
+        return load_crd_release("kubeflow.org", "mpijobs", V04_CRD_TAG)
+    return load_crds()[("kubeflow.org", "mpijobs")]
+
+
+def launcher_due(version: str, policy: str | None, workers_ready: bool) -> bool:
+    """Whether a sync creates the missing launcher Job: v0.4 always does; v0.5+ under
+    WaitForWorkersReady only once every worker it got (none while suspended, #615) is ready."""
+    return version == V04 or policy == "AtStartup" or workers_ready
+
+
+def _service(job_name: str, version: str) -> str:
+    """The workers' headless Service, the pods' subdomain: `<job>` (v0.5+), `<job>-worker` (v0.4)."""
+    return f"{job_name}-worker" if version == V04 else job_name
+
+
 def reconcile_mpijobs(cluster: SimKubeCluster) -> None:
+    version = release(cluster.spec)
     for job in cluster.stored(_mpijob()):
         if job["metadata"].get("deletionTimestamp"):
             continue
         try:
-            _sync(cluster, job)
+            _sync(cluster, job, version)
         except _Stop:
             continue
         except ApiError as exc:  # an object of the job refused: upstream reports it and requeues
             cluster.emit(job, "Warning", "MPIJobFailed", truncate_event(str(exc)), COMPONENT, once=True)
 
 
-def _defaulted(spec: dict[str, Any]) -> dict[str, Any]:
+def _defaulted(spec: dict[str, Any], version: str) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
     run_policy = spec.setdefault("runPolicy", {})
     run_policy.setdefault("cleanPodPolicy", "None")
     spec.setdefault("slotsPerWorker", 1)
     spec.setdefault("sshAuthMountPath", "/root/.ssh")
     spec.setdefault("mpiImplementation", "OpenMPI")
-    spec.setdefault("launcherCreationPolicy", "AtStartup")
+    if version != V04:
+        spec.setdefault("launcherCreationPolicy", "AtStartup")
     replicas = spec.get("mpiReplicaSpecs") or {}
     for role, restart, count in (("Launcher", "OnFailure", 1), ("Worker", "Never", 0)):
         if isinstance(replicas.get(role), dict):
@@ -216,11 +259,11 @@ def _counts(active: int = 0, succeeded: int = 0, failed: int = 0) -> dict[str, i
     return {k: v for k, v in counts.items() if v}
 
 
-def _sync(cluster: SimKubeCluster, job: dict[str, Any]) -> None:
+def _sync(cluster: SimKubeCluster, job: dict[str, Any], version: str) -> None:
     meta = job["metadata"]
     ns, name = meta["namespace"], meta["name"]
     now = cluster.clock()
-    spec = _defaulted(job.get("spec") or {})
+    spec = _defaulted(job.get("spec") or {}, version)
     run_policy = spec["runPolicy"]
     if run_policy.get("managedBy") not in (None, MANAGED_BY[0]):
         return
@@ -247,15 +290,14 @@ def _sync(cluster: SimKubeCluster, job: dict[str, Any]) -> None:
     launcher = cluster.lookup(job_res, ns, f"{name}-launcher")
     workers: list[dict[str, Any]] = []
     if launcher is None or not job_finished(launcher):
-        _config_map(cluster, job, spec)
+        _config_map(cluster, job, spec, version)
         _ssh_secret(cluster, job)
         if not suspended:
-            workers = _workers(cluster, job, spec)
-        if launcher is None and (
-            spec["launcherCreationPolicy"] == "AtStartup" or all(pod_ready(w) for w in workers)
-        ):
+            workers = _workers(cluster, job, spec, version)
+        policy = spec.get("launcherCreationPolicy")
+        if launcher is None and launcher_due(version, policy, all(pod_ready(w) for w in workers)):
             try:
-                launcher = cluster.insert(job_res, ns, _launcher_job(cluster, job, spec))
+                launcher = cluster.insert(job_res, ns, _launcher_job(cluster, job, spec, version))
             except ApiError as exc:
                 message = truncate_event(f"launcher pod created failed: {exc}")
                 cluster.emit(job, "Warning", "MPIJobFailed", message, COMPONENT, once=True)
@@ -264,7 +306,7 @@ def _sync(cluster: SimKubeCluster, job: dict[str, Any]) -> None:
         changed = copy.deepcopy(launcher)
         changed["spec"]["suspend"] = suspended
         if not suspended:  # resuming: the template takes Kueue's scheduling directives (KEP-2926)
-            desired = _launcher_template(cluster, job, spec)
+            desired = _launcher_template(cluster, job, spec, version)
             template = changed["spec"]["template"]
             template.setdefault("metadata", {}).setdefault("labels", {}).update(desired["metadata"]["labels"])
             for key in ("nodeSelector", "tolerations", "schedulingGates"):
@@ -297,7 +339,9 @@ def _owned_or_stop(cluster: SimKubeCluster, job: dict[str, Any], obj: dict[str, 
         raise _Stop
 
 
-def _workers(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _workers(
+    cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any], version: str
+) -> list[dict[str, Any]]:
     """getOrCreateWorker: scale down past `replicas`, then get or create each worker."""
     pod_res = by_kind("Pod")
     meta = job["metadata"]
@@ -320,7 +364,7 @@ def _workers(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any])
             pod = found
         else:
             try:
-                pod = cluster.insert(pod_res, ns, _new_worker(job, spec, i))
+                pod = cluster.insert(pod_res, ns, _new_worker(job, spec, i, version))
             except ApiError as exc:
                 message = truncate_event(f"worker pod created failed: {exc}")
                 cluster.emit(job, "Warning", "MPIJobFailed", message, COMPONENT, once=True)
@@ -367,7 +411,7 @@ def _ssh_volume(spec: dict[str, Any], pod_spec: dict[str, Any], job_name: str) -
 
 
 def _pod_basics(
-    job: dict[str, Any], spec: dict[str, Any], role: str, hostname: str
+    job: dict[str, Any], spec: dict[str, Any], role: str, hostname: str, version: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The replica's template with the operator's labels, hostname, subdomain and restart policy."""
     name = job["metadata"]["name"]
@@ -378,20 +422,21 @@ def _pod_basics(
     labels.update({OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: name, JOB_ROLE_LABEL: role})
     pod_spec = template.setdefault("spec", {})
     pod_spec["hostname"] = hostname
-    pod_spec["subdomain"] = name  # the job's (headless) Service name
+    pod_spec["subdomain"] = _service(name, version)  # the workers' (headless) Service
     if pod_spec.get("hostNetwork"):
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     pod_spec["restartPolicy"] = replica["restartPolicy"]
     return template_meta, pod_spec
 
 
-def _new_worker(job: dict[str, Any], spec: dict[str, Any], index: int) -> dict[str, Any]:
+def _new_worker(job: dict[str, Any], spec: dict[str, Any], index: int, version: str) -> dict[str, Any]:
     meta = job["metadata"]
     name = _worker_name(meta["name"], index)
-    template_meta, pod_spec = _pod_basics(job, spec, WORKER, name)
+    template_meta, pod_spec = _pod_basics(job, spec, WORKER, name, version)
     template_meta["labels"][REPLICA_INDEX_LABEL] = str(index)
-    search = f"{meta['name']}.{meta['namespace']}.svc.cluster.local"
-    pod_spec.setdefault("dnsConfig", {}).setdefault("searches", []).append(search)
+    if version != V04:  # v0.4's workers get no search entry
+        search = f"{meta['name']}.{meta['namespace']}.svc.cluster.local"
+        pod_spec.setdefault("dnsConfig", {}).setdefault("searches", []).append(search)
     container = pod_spec["containers"][0]
     if not container.get("command") and not container.get("args"):
         container["command"] = ["/usr/sbin/sshd", "-De"]
@@ -408,13 +453,15 @@ def _new_worker(job: dict[str, Any], spec: dict[str, Any], index: int) -> dict[s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
 
 
-def _launcher_template(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _launcher_template(
+    cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any], version: str
+) -> dict[str, Any]:
     name = job["metadata"]["name"]
     replica = spec["mpiReplicaSpecs"]["Launcher"]
     if ((replica.get("template") or {}).get("spec") or {}).get("restartPolicy"):
         message = "Restart policy in pod template overridden by restart policy in replica spec"
         cluster.emit(job, "Warning", "SetPodTemplateRestartPolicy", message, COMPONENT, once=True)
-    template_meta, pod_spec = _pod_basics(job, spec, LAUNCHER, f"{name}-launcher")
+    template_meta, pod_spec = _pod_basics(job, spec, LAUNCHER, f"{name}-launcher", version)
     if spec.get("runLauncherAsWorker"):
         template_meta["labels"][REPLICA_INDEX_LABEL] = "0"
     container = pod_spec["containers"][0]
@@ -457,11 +504,13 @@ def _launcher_template(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[
     return {"metadata": template_meta, "spec": pod_spec}
 
 
-def _launcher_job(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _launcher_job(
+    cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any], version: str
+) -> dict[str, Any]:
     meta = job["metadata"]
     run_policy = spec["runPolicy"]
     job_spec: dict[str, Any] = {
-        "template": _launcher_template(cluster, job, spec),
+        "template": _launcher_template(cluster, job, spec, version),
         # Never recreate a pod while the old one terminates (kubernetes/kubernetes#115844).
         "podReplacementPolicy": "Failed",
     }
@@ -483,15 +532,18 @@ def _launcher_job(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, 
     }
 
 
-def _config_map(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any]) -> None:
+def _config_map(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, Any], version: str) -> None:
     """getOrCreateConfigMap: the hostfile (every worker) and discover_hosts.sh (running ones)."""
     res = by_kind("ConfigMap")
     meta = job["metadata"]
     ns, name = meta["namespace"], meta["name"]
+    service = _service(name, version)
     slots = spec["slotsPerWorker"]
-    hosts = [f"{_worker_name(name, i)}.{name}.{ns}.svc" for i in range(min(_worker_count(spec), MAX_WORKERS))]
+    hosts = [
+        f"{_worker_name(name, i)}.{service}.{ns}.svc" for i in range(min(_worker_count(spec), MAX_WORKERS))
+    ]
     if spec.get("runLauncherAsWorker"):
-        hosts.insert(0, f"{name}-launcher.{name}.{ns}.svc")
+        hosts.insert(0, f"{name}-launcher.{service}.{ns}.svc")
     openmpi = spec["mpiImplementation"] == "OpenMPI"
     hostfile = "".join(f"{h} slots={slots}\n" if openmpi else f"{h}:{slots}\n" for h in hosts)
     running = sorted(
@@ -501,7 +553,7 @@ def _config_map(cluster: SimKubeCluster, job: dict[str, Any], spec: dict[str, An
         and (p["metadata"].get("labels") or {}).get(JOB_ROLE_LABEL) == WORKER
         and phase(p) == "Running"
     )
-    discover = "#!/bin/sh\n" + "".join(f"echo {p}.{name}.{ns}.svc\n" for p in running)
+    discover = "#!/bin/sh\n" + "".join(f"echo {p}.{service}.{ns}.svc\n" for p in running)
     data = {"hostfile": hostfile, "discover_hosts.sh": discover}
     current = cluster.lookup(res, ns, f"{name}-config")
     if current is None:
