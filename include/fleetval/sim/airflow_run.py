@@ -209,12 +209,19 @@ class LocalAirflow:
     def stop(self) -> None:
         if self._proc is None:
             return
+        group = self._proc.pid
         try:
-            os.killpg(self._proc.pid, signal.SIGTERM)
+            os.killpg(group, signal.SIGTERM)
             self._proc.wait(timeout=30)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
+            pass
+        # standalone can exit before its children (an api_server outlived a bench run): wait for
+        # the whole group, then kill what is left.
+        deadline = time.monotonic() + 15
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
         self._proc = None
         if self._reaper is not None:
             self._reaper.terminate()
@@ -335,3 +342,22 @@ class LocalAirflow:
         return list(
             self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after&limit=1000")["dag_runs"]
         )
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of `group` still runs (zombies waiting for their reaper do not count)."""
+    proc = pathlib.Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            return True
+    return False
