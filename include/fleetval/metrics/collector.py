@@ -35,11 +35,16 @@ from prometheus_client.metrics_core import Metric
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from fleetval.criteria import CRITERIA
 from fleetval.records import Result
 from fleetval.remediation import R3_REQUESTED_LABEL
 from fleetval.store import fleet_health as fh
-from fleetval.store.metrics import Snapshot, fingerprint, read_snapshot
+from fleetval.store.metrics import (
+    COVERAGE_CRITERIA,
+    NODE_CRITERIA,
+    Snapshot,
+    fingerprint,
+    read_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +52,9 @@ log = logging.getLogger(__name__)
 # "failed or worse". Exported as fleetval_result_code{result} too, for queries that join on it.
 RESULT_CODE: Final = {r.value: r.severity for r in Result}
 RESULTS: Final = fh.RESULTS  # by severity
-# Layers whose verdicts are about one node: per-node series only for their criteria.
+# Per-node series only for the node layers' criteria (`NODE_CRITERIA`); which criteria cover a
+# layer (`COVERAGE_CRITERIA`) and a breaker's window: fleetval.store.metrics.
 NODE_LAYERS: Final = fh.NODE_LAYERS
-NODE_CRITERIA: Final = tuple(c.id for c in CRITERIA if c.layer in NODE_LAYERS)
-# Which conclusive (pass, warn, fail) judgements cover a node in a layer (the others are reactions,
-# not diagnostics: the Xid decision and its time-to-cordon are not a look at the node's health).
-COVERAGE_CRITERIA: Final[dict[str, tuple[str, ...]]] = {
-    "operator": ("D-OP-01", "D-OP-02"),
-    "device": ("D-DEV-01", "D-DEV-02", "D-DEV-03"),  # DCGM r2 (onboarding, weekly) and r3
-    "network": ("D-NET-NCCL-01", "D-NET-NCCL-02"),
-    "sharing": ("D-GPU-MIG-01", "D-GPU-TS-01"),
-}
-# A breaker trip whose verdict names no window (the action budget is per run) reads as open this
-# long after it: long enough for an alert's `for:` to see it.
-DEFAULT_BREAKER_WINDOW_S: Final = 3600.0
 UNKNOWN_DOMAIN: Final = "unknown"
 NODE_STATES: Final = ("cordoned", "quarantined", "awaiting_r3", "onboarding")
 SHADOW: Final = {False: "false", True: "true"}
@@ -226,11 +220,7 @@ def families(snap: Snapshot, now: dt.datetime) -> list[GaugeMetricFamily]:
         for name in RESULTS:  # every result, zeros included: a rate or an alert needs the series
             nodes_at.add_metric([criterion, layer_of(criterion), name], float(per_result[(criterion, name)]))
 
-    covered: dict[tuple[str, str], dt.datetime] = {}  # (node, layer) → its newest coverage
-    for layer, criteria in COVERAGE_CRITERIA.items():
-        for (node, criterion), at in snap.covered.items():
-            if criterion in criteria and ((node, layer) not in covered or at > covered[(node, layer)]):
-                covered[(node, layer)] = at
+    covered = snap.layer_coverage()  # (node, layer) → its newest coverage
     age = _family("fleetval_node_coverage_age_seconds")
     for (node, layer), at in sorted(covered.items()):
         age.add_metric([node, layer], max(0.0, (now - at).total_seconds()))
@@ -259,10 +249,8 @@ def families(snap: Snapshot, now: dt.datetime) -> list[GaugeMetricFamily]:
     open_ = _family("fleetval_breaker_open")
     last_trip = _family("fleetval_breaker_last_trip_timestamp_seconds")
     for b in sorted(snap.breakers, key=lambda b: (b.domain, b.rule)):
-        window = DEFAULT_BREAKER_WINDOW_S if b.window_s is None else b.window_s
-        within = (now - b.last_trip).total_seconds() <= window
         domain = b.domain or UNKNOWN_DOMAIN
-        open_.add_metric([domain, b.rule], 1.0 if within else 0.0)
+        open_.add_metric([domain, b.rule], 1.0 if b.is_open(now) else 0.0)
         last_trip.add_metric([domain, b.rule], b.last_trip.timestamp())
 
     version = _family("fleetval_baseline_version")

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from sqlalchemy import JSON, Engine, and_, case, func, literal, or_, select, type_coerce, union_all
 
+from fleetval.criteria import CRITERIA
 from fleetval.nodes import QUARANTINE_LABEL
 from fleetval.records import Result
 from fleetval.store import fleet_health as fh
@@ -30,6 +31,19 @@ CONCLUSIVE: Final = ("pass", "warn", "fail")
 CONCLUSIVE_SEVERITIES: Final = tuple(SEVERITY[r] for r in CONCLUSIVE)
 R3_CRITERION: Final = "D-DEV-02"  # a conclusive r3 ends a node's wait for it
 SAFETY_CRITERION: Final = "F-SAFE-01"  # the blast-radius breaker's alert verdicts
+# Layers whose verdicts are about one node: their criteria are read per node.
+NODE_CRITERIA: Final = tuple(c.id for c in CRITERIA if c.layer in fh.NODE_LAYERS)
+# Which conclusive (pass, warn, fail) judgements cover a node in a layer (the others are reactions,
+# not diagnostics: the Xid decision and its time-to-cordon are not a look at the node's health).
+COVERAGE_CRITERIA: Final[dict[str, tuple[str, ...]]] = {
+    "operator": ("D-OP-01", "D-OP-02"),
+    "device": ("D-DEV-01", "D-DEV-02", "D-DEV-03"),  # DCGM r2 (onboarding, weekly) and r3
+    "network": ("D-NET-NCCL-01", "D-NET-NCCL-02"),
+    "sharing": ("D-GPU-MIG-01", "D-GPU-TS-01"),
+}
+# A breaker trip whose verdict names no window (the action budget is per run) reads as open this
+# long after it: long enough for an alert's `for:` to see it.
+DEFAULT_BREAKER_WINDOW_S: Final = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +52,11 @@ class Breaker:
     rule: str  # which breaker: the alert verdict's rule id
     last_trip: dt.datetime
     window_s: float | None  # the breaker's window, where its verdict names one
+
+    def is_open(self, now: dt.datetime) -> bool:
+        """Within its window of the last trip (`DEFAULT_BREAKER_WINDOW_S` where none is named)."""
+        window = DEFAULT_BREAKER_WINDOW_S if self.window_s is None else self.window_s
+        return (now - self.last_trip).total_seconds() <= window
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +72,15 @@ class Snapshot:
     baselines: tuple[tuple[str, str, str, int, float, str], ...]
     scenarios: dict[tuple[str, str], int]  # (scenario, criterion) → worst severity
     scenario_run_at: dt.datetime | None
+
+    def layer_coverage(self) -> dict[tuple[str, str], dt.datetime]:
+        """(node, layer) → the node's newest conclusive judgement of the layer's `COVERAGE_CRITERIA`."""
+        covered: dict[tuple[str, str], dt.datetime] = {}
+        for layer, criteria in COVERAGE_CRITERIA.items():
+            for (node, criterion), at in self.covered.items():
+                if criterion in criteria and ((node, layer) not in covered or at > covered[(node, layer)]):
+                    covered[(node, layer)] = at
+        return covered
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

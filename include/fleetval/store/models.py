@@ -327,3 +327,48 @@ class XidInbox(Base):
     dispatch_id: Mapped[str | None] = mapped_column(String(64), index=True)
     dispatched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     claimed_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
+
+
+class NotifyIncident(Base):
+    """One on-call incident (fleetval.notify): a kind and subject, open until it resolves; a
+    subject that opens again within the flap window reopens this row (`count` + 1), same key."""
+
+    __tablename__ = "notify_incidents"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    dedup_key: Mapped[str] = mapped_column(String(255), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    subject: Mapped[str] = mapped_column(String(253))
+    opened_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    last_opened_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    last_seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    resolved_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    # channel → the key its receivers know the incident by: its own, or a storm summary's
+    announced: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    __table_args__ = (Index("ix_notify_incidents_kind_subject", "kind", "subject"),)
+
+
+class NotifyNotice(Base):
+    """A notice one evaluation planned for one channel, with its payload as the receiver gets it:
+    `pending` until delivered (`sent`, or `failed` after its attempts), `suppressed` by the rate
+    limit (`reported_by`: the notice that reported it), `shadow` in shadow mode (never sent)."""
+
+    __tablename__ = "notify_notices"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    evaluated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    policy_id: Mapped[str] = mapped_column(String(128))
+    channel: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(32))
+    action: Mapped[str] = mapped_column(String(16))  # trigger or resolve
+    dedup_key: Mapped[str] = mapped_column(String(255))
+    subjects: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    payload: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    shadow: Mapped[bool] = mapped_column(Boolean, default=False)
+    reported_by: Mapped[int | None] = mapped_column(BigId)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(LosslessText)
+    sent_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (Index("ix_notify_notices_channel_evaluated_at", "channel", "evaluated_at"),)
