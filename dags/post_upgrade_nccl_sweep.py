@@ -19,6 +19,9 @@ each node pair and judged against the **measured baseline** of its hardware prof
 - **Gate:** any `fail` → nodes labelled `fleetval.io/nccl-gate=fail` and the rollout paused
   (ClusterPolicy `spec.driver.upgradePolicy.autoUpgrade=false`; resume by setting it back to
   `true` once the nodes are fixed). Swept nodes get `fleetval.io/nccl-swept-driver=<driver>`.
+- `judge_link_trends` records **D-NET-NCCL-TREND-01** per node and pair from the busbw of this and
+  earlier sweeps: `warn` = busbw creeping down toward `min_ratio` while still above it (early
+  warning: never gates, never labels); `inconclusive` = fewer than 8 sweeps of history.
 - No promoted baseline for a profile/scope → busbw verdicts are `inconclusive` (never pass):
   establish and promote one (see `baseline_backfill`).
 - `dry_run`: verdicts are recorded; no label, no ClusterPolicy change (server-side dry run).
@@ -40,7 +43,7 @@ import airflow.sdk.definitions.decorators  # noqa: F401
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Asset, AssetWatcher, Param, dag
 
-from fleetval_airflow import nccl_tasks
+from fleetval_airflow import nccl_tasks, trend_tasks
 from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Pool, Tag
 from fleetval_airflow.nccl_isolation import NcclIsolationOperator
 from fleetval_airflow.triggers.driver_upgrade import DriverUpgradeDoneTrigger
@@ -108,7 +111,8 @@ def post_upgrade_nccl_sweep() -> None:
         task_id="isolate", fv_run=fv_run, pool=Pool.NODE_DIAGNOSIS, trigger_rule="all_done"
     )
     intra_waves >> pair_waves
-    intra >> pairs >> judged >> isolated >> nccl_tasks.gate(fv_run)
+    trends = trend_tasks.judge_link_trends(fv_run)
+    intra >> pairs >> judged >> isolated >> trends >> nccl_tasks.gate(fv_run)
 
 
 post_upgrade_nccl_sweep()

@@ -12,6 +12,11 @@ DCGM **r2** on every *idle* GPU node (no GPU pods, not cordoned, not quarantined
   cordon + `fleetval.io/quarantine` label + maintenance taint + r3 requested; **Warn** → flagged.
   Disruptive actions past `max_action_fraction` are withheld and raise an **F-SAFE-01** alert.
 - `dry_run` records what would be done without touching nodes.
+- `judge_device_trends` (after the waves, even if one failed) reads every GPU node's dcgm-exporter
+  counters per weekly sweep from the fleet's Prometheus (`FLEETVAL_PROMETHEUS_URL`; unset: skipped,
+  one log line, no verdict) and records **D-DEV-TREND-01**: `warn` = a counter drifting toward a
+  hard failure (early warning, **never cordons**), `inconclusive` = too little history or
+  Prometheus unreadable (the task log says which).
 
 **Triage:** a `fail` *verdict* is a finding about a node, not a task failure. A failed *task*
 means the harness broke (API unreachable, store down). Verdicts: `fleetval_db` connection.
@@ -28,7 +33,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import Param, dag
 
 from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget
-from fleetval_airflow import weekly_tasks
+from fleetval_airflow import trend_tasks, weekly_tasks
 from fleetval_airflow.defaults import DEFAULT_ARGS, START_DATE, Tag
 
 # The budgets' defaults live with the budgets (the CLI uses the same ones).
@@ -82,7 +87,7 @@ def weekly_health_sweep() -> None:
         fail_when_dag_is_paused=True,  # a paused wave DAG fails the sweep instead of waiting forever
         max_active_tis_per_dagrun=1,  # waves one at a time: the diagnosis budget holds
     ).expand_kwargs(waves)
-    sweep >> weekly_tasks.report_coverage(fv_run)
+    sweep >> trend_tasks.judge_device_trends(fv_run) >> weekly_tasks.report_coverage(fv_run)
 
 
 weekly_health_sweep()

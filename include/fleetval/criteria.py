@@ -192,12 +192,13 @@ IMPLEMENTED_BY: Final[dict[str, str]] = {
     "D-DEV-05": "xid_remediation: time from the Xid to the cordon (xid.judge)",
     "D-DEV-06": "xid_remediation: the Xid decision table (include/fleetval/xid/xid_table.csv, xid.judge)",
     "D-DEV-TREND-01": (
-        "not yet in a DAG: trends.judge.judge_device_trend over a node's dcgm-exporter history per "
-        "sweep (bench/early_warning.py replays it)"
+        "weekly_health_sweep: judge_device_trends, every GPU node's dcgm-exporter counters per weekly "
+        "sweep read from the fleet's Prometheus (trends.prometheus, trends.judge; skipped without "
+        "FLEETVAL_PROMETHEUS_URL); bench/early_warning.py replays the rules"
     ),
     "D-NET-NCCL-TREND-01": (
-        "not yet in a DAG: trends.judge.judge_link_trend over a node's or pair's busbw per sweep vs its "
-        "baseline (bench/early_warning.py replays it)"
+        "post_upgrade_nccl_sweep: judge_link_trends, each node's and pair's stored busbw per sweep vs the "
+        "baseline it was judged against (trends.links, trends.judge); bench/early_warning.py replays it"
     ),
     "D-NET-NCCL-01": "post_upgrade_nccl_sweep: intra-node busbw vs the promoted baseline (nccl.judge)",
     "D-NET-NCCL-02": "post_upgrade_nccl_sweep: inter-node pairs vs the promoted baseline (nccl.judge)",

@@ -65,11 +65,15 @@ def test_pools_are_declared(dagbag: Any) -> None:
 def test_weekly_sweep_shape(dagbag: Any) -> None:
     dag = dagbag.dags["weekly_health_sweep"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "start_run": ["plan_waves", "report_coverage"],
+        "start_run": ["judge_device_trends", "plan_waves", "report_coverage"],
         "plan_waves": ["sweep_wave"],
-        "sweep_wave": ["report_coverage"],
+        "sweep_wave": ["judge_device_trends"],
+        "judge_device_trends": ["report_coverage"],
         "report_coverage": [],
     }
+    # a failed wave skips neither the early-warning trends nor the coverage verdict
+    assert dag.get_task("judge_device_trends").trigger_rule == "all_done"
+    assert dag.get_task("report_coverage").trigger_rule == "all_done"
     wave = dag.get_task("sweep_wave")
     assert wave.partial_kwargs["max_active_tis_per_dagrun"] == 1  # waves run one at a time
     assert wave.partial_kwargs["trigger_dag_id"] == "weekly_health_sweep_wave"
@@ -84,14 +88,17 @@ def test_wave_is_one_probe_pod_task_per_node(dagbag: Any) -> None:
     dag = dagbag.dags["weekly_health_sweep_wave"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
         "wave_probes": ["dcgm_r2"],
-        "dcgm_r2": ["judge_wave"],
+        "pause_exporters": ["dcgm_r2"],
+        "dcgm_r2": ["judge_wave", "restore_exporters"],
         "judge_wave": [],
+        "restore_exporters": [],
     }
     probe = dag.get_task("dcgm_r2")
     assert issubclass(probe.operator_class, ProbePodOperator)
     assert probe.partial_kwargs["pool"] == "fleetval_node_diagnosis"
     assert "deferrable" not in probe.partial_kwargs  # the operator defers unless the deployment says not
     assert dag.get_task("judge_wave").trigger_rule == "all_done"
+    assert dag.get_task("restore_exporters").trigger_rule == "all_done"  # whatever the probes did
     assert dag.schedule is None and dag.is_paused_upon_creation is False
 
 
@@ -165,13 +172,14 @@ def test_post_upgrade_nccl_sweep_shape(dagbag: Any) -> None:
 
     dag = dagbag.dags["post_upgrade_nccl_sweep"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-        "start_run": ["gate", "isolate", "judge", "pair_waves", "plan_sweep"],
+        "start_run": ["gate", "isolate", "judge", "judge_link_trends", "pair_waves", "plan_sweep"],
         "plan_sweep": ["pair_waves", "sweep_intra"],
         "pair_waves": ["sweep_pairs"],
         "sweep_intra": ["sweep_pairs"],
         "sweep_pairs": ["judge"],
         "judge": ["isolate"],
-        "isolate": ["gate"],
+        "isolate": ["judge_link_trends"],
+        "judge_link_trends": ["gate"],  # recorded before the gate; trend verdicts never gate
         "gate": [],
     }
     for mapped in ("sweep_intra", "sweep_pairs"):  # waves are runs of the wave DAG, one at a time
@@ -181,7 +189,8 @@ def test_post_upgrade_nccl_sweep_shape(dagbag: Any) -> None:
         assert wave.partial_kwargs["wait_for_completion"] is True
     isolate = dag.get_task("isolate")
     assert isinstance(isolate, NcclIsolationOperator) and isolate.pool == "fleetval_node_diagnosis"
-    for task_id in ("sweep_pairs", "judge", "isolate", "gate"):  # the gate decides even if a wave broke
+    # the gate decides even if a wave broke
+    for task_id in ("sweep_pairs", "judge", "isolate", "judge_link_trends", "gate"):
         task = dag.get_task(task_id)
         rule = (
             task.partial_kwargs.get("trigger_rule") if hasattr(task, "partial_kwargs") else task.trigger_rule

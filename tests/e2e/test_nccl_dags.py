@@ -135,7 +135,12 @@ def test_post_upgrade_sweep_gates_on_the_faulty_nodes(e2e: Any) -> None:
     assert meta["isolation"]["harness_errors"] == [] and meta["isolation"]["probes_used"] > 0
     healthy = {"r01-n01", "r01-n03", "r02-n01", "r02-n02"}
     assert not {s for _, s in failed} & healthy
-    assert {r["result"] for r in rows if r["subject"] in healthy} == {"pass"}
+    trend = "D-NET-NCCL-TREND-01"
+    assert {r["result"] for r in rows if r["subject"] in healthy and r["criterion"] != trend} == {"pass"}
+    # the early-warning trend of each node and pair: recorded, one sweep is too short a history
+    trends = {r["subject"]: r for r in rows if r["criterion"] == trend}
+    assert healthy | {"r01-n02"} <= set(trends) and {r["result"] for r in trends.values()} == {"inconclusive"}
+    assert {r["action"] for r in trends.values()} == {"record_only"}
     busbw = [r for r in rows if r["rule_id"].startswith("nccl.busbw.")]
     assert busbw and all(r["judged_against"]["baseline_version"] == 1 for r in busbw)
 

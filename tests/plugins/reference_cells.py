@@ -25,7 +25,8 @@ def reference_cells(store: Store, *, from_run: int = 0) -> fh.Cells:
     ]
     by_cell: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        by_cell[(r["node"] or r["subject"], fh.layer_of(r["criterion"]))].append(r)
+        if r["criterion"] not in fh.TREND_CRITERIA:  # early warnings are not a layer's judgement
+            by_cell[(r["node"] or r["subject"], fh.layer_of(r["criterion"]))].append(r)
     cells: dict[str, dict[str, fh.Cell]] = {}
     for (node, layer), verdicts in by_cell.items():
         newest = max(verdicts, key=lambda r: (r["at"], r["run_id"]))

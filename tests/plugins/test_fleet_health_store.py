@@ -455,6 +455,31 @@ def test_a_retest_seconds_after_the_cordon_decision_still_decides_the_node(store
     assert reference_cells(store).cells["a"]["device"] == fh.latest_cells(store.engine).cells["a"]["device"]
 
 
+def test_an_early_warning_judged_after_the_sweep_leaves_the_cells_to_the_sweeps_judgement(
+    store: Store,
+) -> None:
+    """The weekly sweep's trend verdicts come after its r2s, the NCCL sweep's after its busbw: they
+    are on the node's page, but the device and network cells stay the r2's and the busbw's (a
+    trend is recorded, it does not judge the layer; its first weeks are all inconclusive)."""
+    w = weekly(store, "w", {"a": "pass", "b": "fail"}, at=NOW - dt.timedelta(hours=3))
+    store.add_verdicts(w, [v("D-DEV-TREND-01", "a", "warn"), v("D-DEV-TREND-01", "b", "inconclusive")])
+    nccl = run(
+        store, "n", fh.NCCL_SUITE, [v("D-NET-NCCL-01", "a", "pass")], at=NOW - dt.timedelta(hours=2), node="a"
+    )
+    store.add_verdicts(nccl, [v("D-NET-NCCL-TREND-01", "a", "inconclusive")])
+    with store.engine.begin() as conn:  # an hour after each sweep's own verdicts
+        conn.execute(
+            sa.text("UPDATE verdicts SET judged_at = :at WHERE criterion LIKE '%TREND%'"),
+            {"at": NOW - dt.timedelta(hours=1)},
+        )
+    cells = fh.latest_cells(store.engine).cells
+    assert {n: cells[n]["device"].result for n in "ab"} == {"a": "pass", "b": "fail"}
+    assert cells["a"]["network"].result == "pass"
+    assert fh.latest_cells(store.engine) == reference_cells(store)
+    page = fh.node_page(store.engine, "a")
+    assert {r["criterion"] for r in page.verdicts} >= {"D-DEV-TREND-01", "D-NET-NCCL-TREND-01"}
+
+
 def test_the_cells_query_equals_a_plain_recomputation_from_every_verdict(store: Store) -> None:
     """Every rule the cells' SQL encodes, against `reference_cells` (Python over every row): the
     newest run per node and layer, its worst within the batch window, GPU records under their

@@ -30,6 +30,7 @@ from fleetval.errors import ParseError
 from fleetval.nccl.judge import ACTIONS, NcclBaseline, judge_nccl_repeats, judge_nccl_run
 from fleetval.nccl.parser import NcclRun, parse_nccl
 from fleetval.nccl.probe import nccl_subject
+from fleetval.policy.node_health import TREND_CRITERION
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
 from fleetval.records import Result, Verdict, worst
@@ -448,8 +449,11 @@ def summarize(outcomes: Sequence[SubjectOutcome]) -> dict[str, Any]:
 
 
 def subject_results(rows: Iterable[Mapping[str, Any]]) -> dict[str, Result]:
-    """Per subject of a run's verdict rows: fail if any verdict failed, else the worst result."""
+    """Per subject of a run's verdict rows: fail if any verdict failed, else the worst result. The
+    trend verdicts (D-NET-NCCL-TREND-01) are left out: they are recorded, they never gate."""
+    record_only = set(TREND_CRITERION.values())
     by_subject: dict[str, list[Result]] = defaultdict(list)
     for r in rows:
-        by_subject[str(r["subject"])].append(Result(r["result"]))
+        if r["criterion"] not in record_only:
+            by_subject[str(r["subject"])].append(Result(r["result"]))
     return {s: Result.FAIL if Result.FAIL in results else worst(results) for s, results in by_subject.items()}

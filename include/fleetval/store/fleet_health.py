@@ -28,6 +28,7 @@ from typing import Any, Final
 from sqlalchemy import JSON, Engine, and_, case, column, func, literal, or_, select, table, type_coerce
 
 from fleetval.criteria import BY_ID, CRITERIA, IMPLEMENTED_BY
+from fleetval.policy.node_health import TREND_CRITERION
 from fleetval.records import Result
 from fleetval.store.models import Baseline, Measurement, NodeEvent, Probe, Run, VerdictRow, unescape_json
 
@@ -51,6 +52,9 @@ BATCH_WINDOW: Final = dt.timedelta(seconds=60)
 # the node in that layer before it (the r3 after an Xid or a failed r2 decides whether the node
 # returns to service; the cordon decision it was scheduled by is history, however soon before).
 RETEST_CRITERIA: Final = ("D-DEV-02",)
+# Early warnings (fleetval.trends): recorded and listed on the node's page, but they are not a
+# judgement of the node's layer: a trend verdict judged after the sweep's r2 must not replace its cell.
+TREND_CRITERIA: Final = tuple(TREND_CRITERION.values())
 
 _LAYER_OF: Final = {c.id: c.layer for c in CRITERIA}
 _SEV_SQL = case(SEVERITY, value=VerdictRow.result, else_=SEVERITY["error"])
@@ -357,6 +361,7 @@ def _groups(engine: Engine, runs: Callable[[Any], Any]) -> list[Any]:
             func.max(case((and_(is_r2, c.ok_sev.is_not(None)), c.criterion))).label("r2_criterion"),
             func.max(case((c.criterion.in_(RETEST_CRITERIA), 1), else_=0)).label("retest"),
         )
+        .where(c.criterion.not_in(TREND_CRITERIA))
         .group_by(node, layer, c.run_id, c.at)
         .subquery()
     )

@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any, Final
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from fleetval.store.models import Baseline, Measurement, Probe, Run, VerdictRow, decode_raw
 from fleetval.store.repository import Store
@@ -184,4 +184,53 @@ def verdicts_of_runs(store: Store, run_ids: Iterable[int]) -> list[dict[str, Any
                 select(*VerdictRow.__table__.c).where(VerdictRow.run_id.in_(chunk)).order_by(VerdictRow.id)
             )
             out.extend(dict(r._mapping) for r in rows)
+    return out
+
+
+def busbw_history(
+    store: Store,
+    subjects: Iterable[str],
+    *,
+    criteria: Iterable[str],
+    suite: str,
+    until_run: int,
+    per_subject: int,
+) -> list[dict[str, Any]]:
+    """The newest `per_subject` verdicts of `criteria` on each of `subjects` in `suite`'s runs up to
+    `until_run` (criterion, subject, run_id, rule_id, evidence, judged_against), oldest first per
+    subject: the busbw history the link trend judge reads. One query per 1,000 subjects, whatever
+    the history's length (a window function keeps each subject's newest rows)."""
+    wanted = sorted(set(subjects))
+    judged = sorted(set(criteria))
+    out: list[dict[str, Any]] = []
+    newest_first = func.row_number().over(
+        partition_by=(VerdictRow.criterion, VerdictRow.subject), order_by=VerdictRow.run_id.desc()
+    )
+    with store.engine.connect() as conn:
+        for start in range(0, len(wanted), 1000):
+            ranked = (
+                select(
+                    VerdictRow.criterion,
+                    VerdictRow.subject,
+                    VerdictRow.run_id,
+                    VerdictRow.rule_id,
+                    VerdictRow.evidence,
+                    VerdictRow.judged_against,
+                    newest_first.label("age"),
+                )
+                .join(Run, Run.id == VerdictRow.run_id)
+                .where(
+                    VerdictRow.criterion.in_(judged),
+                    VerdictRow.subject.in_(wanted[start : start + 1000]),
+                    VerdictRow.run_id <= until_run,
+                    Run.suite == suite,
+                )
+                .subquery()
+            )
+            rows = conn.execute(
+                select(ranked)
+                .where(ranked.c.age <= per_subject)
+                .order_by(ranked.c.subject, ranked.c.criterion, ranked.c.run_id)
+            )
+            out.extend({k: v for k, v in r._mapping.items() if k != "age"} for r in rows)
     return out

@@ -270,8 +270,9 @@ EVALUATORS: Final[dict[str, Evaluator]] = {
     "retired_pages": _retired_pages,
     "gauge_rising": _gauge_rising,
 }
-# Samples any device rule reads (the longest window plus one): older ones are not looked at.
-_LOOKBACK: Final = max(int(r.params.get("window", 1)) + 1 for r in DEVICE_RULES)
+# Samples any device rule reads (the longest window plus one): older ones are not looked at, so a
+# reader of the history (`fleetval.trends.prometheus`) fetches no more sweeps than this.
+DEVICE_LOOKBACK: Final = max(int(r.params.get("window", 1)) + 1 for r in DEVICE_RULES)
 
 
 def _judged_against(gate: str) -> dict[str, Any]:
@@ -308,6 +309,12 @@ def _sample_problem(samples: Any) -> str | None:
     return order_problem([s.sweep for s in samples])
 
 
+def unreadable_device_history(node: str, reason: str, evidence: Mapping[str, Any]) -> Verdict:
+    """D-DEV-TREND-01 for a node whose history could not be read (its source broke or answered
+    garbage): `inconclusive`, the trend table's no-evidence row; never pass, never warn."""
+    return _verdict("trend-device", node, "no_evidence", [], reason, dict(evidence))
+
+
 def judge_device_trend(
     node: str,
     gpus: Mapping[str, Sequence[Sample]],
@@ -329,7 +336,7 @@ def judge_device_trend(
         if problem is not None:
             problems[str(gpu)] = problem
             continue
-        recent = samples[-_LOOKBACK:]
+        recent = samples[-DEVICE_LOOKBACK:]
         ran = []
         for rule in rules:
             got = EVALUATORS[rule.kind](recent, rule, str(gpu))

@@ -281,6 +281,27 @@ def _replay_node(name: str, pattern: str | None, cfg: ReplayConfig) -> NodeOutco
     return out
 
 
+def device_history(name: str, pattern: str | None, cfg: ReplayConfig) -> dict[str, list[Sample]]:
+    """One node's GPU samples at every sweep of `cfg.sweeps`, from the replay's device model alone
+    (its degradation, noise and driver reloads; no busbw, no end at the hard fail): what its
+    dcgm-exporter would have shown at each sweep, for tests that put them in a real Prometheus.
+    Its own random stream, so `replay_fleet`'s figures do not move."""
+    rng = random.Random(f"{cfg.seed}:{name}:device")
+    gpus = [_Gpu(rng, cfg) for _ in range(cfg.gpus)]
+    if pattern in ("ecc_to_dbe", "remap_to_failure"):
+        gpus[rng.randrange(cfg.gpus)].degrade(pattern, rng.randint(*cfg.onset))
+    series: dict[str, list[Sample]] = {f"GPU-{name}-{i}": [] for i in range(cfg.gpus)}
+    for sweep in range(cfg.sweeps):
+        if sweep and rng.random() < cfg.reset_p:
+            for gpu in gpus:
+                gpu.reload()
+        for samples, gpu in zip(series.values(), gpus, strict=True):
+            if sweep:
+                gpu.advance(sweep)
+            samples.append(gpu.sample(sweep))
+    return series
+
+
 def replay_fleet(cfg: ReplayConfig) -> list[NodeOutcome]:
     """Every node of the simulated fleet, replayed sweep by sweep (seeded by `cfg.seed`)."""
     rng = random.Random(cfg.seed)
