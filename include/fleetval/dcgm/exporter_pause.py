@@ -29,7 +29,6 @@ from typing import Any, Final, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from fleetval.errors import FleetvalError
-from fleetval.nodes import NodeInfo
 
 EXPORTER_DEPLOY_LABEL: Final = "nvidia.com/gpu.deploy.dcgm-exporter"
 DEPLOYED: Final = "true"
@@ -66,27 +65,31 @@ class PauseDecision:
 
 
 def plan_pause(
-    wave: Sequence[NodeInfo], *, paused_elsewhere: int, fleet_size: int, policy: PausePolicy
+    wave: Sequence[tuple[str, Mapping[str, str]]],
+    *,
+    paused_elsewhere: int,
+    fleet_size: int,
+    policy: PausePolicy,
 ) -> list[PauseDecision]:
-    """What to do with each wave node's exporter; `paused_elsewhere`: fleetval pauses in place on
-    nodes outside the wave (they count against the cap)."""
+    """What to do with each wave node's exporter (wave: name and labels per node);
+    `paused_elsewhere`: fleetval pauses in place on nodes outside the wave (they count against the cap)."""
     room = policy.cap(fleet_size) - paused_elsewhere
     decisions = []
-    for node in wave:
-        value = node.labels.get(EXPORTER_DEPLOY_LABEL)
+    for name, labels in wave:
+        value = labels.get(EXPORTER_DEPLOY_LABEL)
         if value == PAUSED:
             room -= 1
-            decisions.append(PauseDecision(node.name, KEEP, "already paused by fleetval"))
+            decisions.append(PauseDecision(name, KEEP, "already paused by fleetval"))
         elif value is None:
             decisions.append(
-                PauseDecision(node.name, SKIP, f"no {EXPORTER_DEPLOY_LABEL} label: no operator exporter")
+                PauseDecision(name, SKIP, f"no {EXPORTER_DEPLOY_LABEL} label: no operator exporter")
             )
         elif value != DEPLOYED:
-            decisions.append(PauseDecision(node.name, SKIP, f"exporter not deployed here ({value})", value))
+            decisions.append(PauseDecision(name, SKIP, f"exporter not deployed here ({value})", value))
         elif room <= 0:
             decisions.append(
                 PauseDecision(
-                    node.name,
+                    name,
                     SKIP,
                     f"pause budget spent: {policy.cap(fleet_size)} of {fleet_size} nodes "
                     f"({policy.max_fleet_fraction:.0%}) already without an exporter",
@@ -95,7 +98,7 @@ def plan_pause(
             )
         else:
             room -= 1
-            decisions.append(PauseDecision(node.name, PAUSE, "profiling metrics would compete", value))
+            decisions.append(PauseDecision(name, PAUSE, "profiling metrics would compete", value))
     return decisions
 
 
@@ -149,7 +152,6 @@ class ExporterRestoreError(FleetvalError):
 class ExporterCluster(Protocol):
     """What pausing needs of the cluster (fleetval.k8s.cluster.KubeCluster)."""
 
-    def node(self, name: str) -> NodeInfo | None: ...
     def set_labels(self, node: str, labels: dict[str, str | None]) -> None: ...
     def labelled_nodes(self, label_key: str) -> dict[str, dict[str, str]]: ...
     def nodes_running_pods(self, label_selector: str) -> set[str]: ...
@@ -205,8 +207,11 @@ def pause_exporters(
     policy.wait_s) for the exporter pods to leave. Idempotent: a retry keeps what the first did.
     A node the API refuses to label is skipped with the reason: the diagnostic still runs, and a
     busy-profiling result is judged `inconclusive`."""
-    elsewhere = sum(1 for name in cluster.labelled_nodes(WAS_LABEL) if name not in set(nodes))
-    wave = [info for name in nodes if (info := cluster.node(name)) is not None]
+    in_wave = set(nodes)
+    elsewhere = sum(1 for name in cluster.labelled_nodes(WAS_LABEL) if name not in in_wave)
+    # One filtered list of the nodes with an operator-managed exporter, not a read per wave node.
+    deployed = cluster.labelled_nodes(EXPORTER_DEPLOY_LABEL)
+    wave = [(name, deployed.get(name, {})) for name in nodes]
     decisions = plan_pause(wave, paused_elsewhere=elsewhere, fleet_size=fleet_size, policy=policy)
     paused: list[str] = []
     skipped: dict[str, str] = {}

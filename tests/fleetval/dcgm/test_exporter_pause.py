@@ -133,7 +133,9 @@ def test_pause_waits_for_the_exporter_to_go_and_restore_gives_back_what_was_ther
 
 def test_exporters_that_are_off_paused_by_others_or_unmanaged_are_left_alone() -> None:
     wave = [node("off", "false"), node("mig", "paused-for-mig-change"), node("bare", None), node("on")]
-    decisions = ep.plan_pause(wave, paused_elsewhere=0, fleet_size=100, policy=ep.PausePolicy())
+    decisions = ep.plan_pause(
+        [(n.name, n.labels) for n in wave], paused_elsewhere=0, fleet_size=100, policy=ep.PausePolicy()
+    )
     assert [(d.node, d.action) for d in decisions] == [
         ("off", ep.SKIP),
         ("mig", ep.SKIP),
