@@ -36,7 +36,13 @@ from typing import Any, Final
 
 from fleetval.errors import SpecError
 
-DCGM_VERSIONS: Final[dict[int, str]] = {3: "3.3.9", 4: "4.2.3"}
+# The releases this renderer plays (the supported images' DCGM, fleetval.dcgm.probe). 4.2.3 and
+# 4.6.0 print the same diag table and JSON for every test fleetval runs: between the two tags,
+# dcgmi/Diag.cpp only adds EUD package versions to the metadata and prints NOT_RUN as "Not Run"
+# (an empty cell before), neither of which these reports contain.
+SIMULATED_DCGM_VERSIONS: Final = ("3.3.9", "4.2.3", "4.6.0")
+# The release a major means when only the major is given (the newest of each).
+DCGM_VERSIONS: Final[dict[int, str]] = {3: "3.3.9", 4: "4.6.0"}
 DEVICE_ID: Final = "2330"  # PCI device id of H100 SXM5 80GB, as in "GPU Device IDs Detected"
 FAULT_KINDS: Final = ("memory", "pcie", "nvlink", "thermal_warn")  # hardware faults of one GPU
 # Not a GPU's fault: DCGM's profiling module held by another client (dcgm-exporter's DCP watches).
@@ -221,12 +227,21 @@ def render_dcgm(
     faults: Sequence[DcgmFault] = (),
     dcgm_major: int = 4,
     fmt: str = "json",
+    dcgm_version: str = "",
 ) -> str:
-    """What `dcgmi diag -r <level>` (`-j` when fmt="json") prints for this node and these faults."""
+    """What `dcgmi diag -r <level>` (`-j` when fmt="json") prints for this node and these faults,
+    from DCGM `dcgm_version` (one of SIMULATED_DCGM_VERSIONS; "" = the newest of `dcgm_major`)."""
     if level not in (1, 2, 3, 4):
         raise ValueError(f"DCGM run level must be 1..4, got {level}")
-    if dcgm_major not in DCGM_VERSIONS:
-        raise ValueError(f"dcgm_major must be 3 or 4, got {dcgm_major}")
+    if not dcgm_version:
+        if dcgm_major not in DCGM_VERSIONS:
+            raise ValueError(f"dcgm_major must be 3 or 4, got {dcgm_major}")
+        dcgm_version = DCGM_VERSIONS[dcgm_major]
+    if dcgm_version not in SIMULATED_DCGM_VERSIONS:
+        raise ValueError(
+            f"dcgm_version must be one of {', '.join(SIMULATED_DCGM_VERSIONS)}, got {dcgm_version!r}"
+        )
+    version = dcgm_version
     if fmt not in ("json", "text"):
         raise ValueError(f"fmt must be 'json' or 'text', got {fmt!r}")
     if gpu_count < 1 or len(gpu_uuids) != gpu_count:
@@ -239,13 +254,13 @@ def render_dcgm(
             raise SpecError(f"fault on GPU {fault.gpu} but the node has GPUs 0..{gpu_count - 1}")
 
     runs = _runs(level, gpu_count, faults)
-    if dcgm_major == 4:
+    if version.startswith("4."):
         if fmt == "json":
-            return jsoncpp_styled(_json4(runs, gpu_uuids, driver_version))
-        return _text4(runs, gpu_count, driver_version)
+            return jsoncpp_styled(_json4(runs, gpu_uuids, driver_version, version))
+        return _text4(runs, gpu_count, driver_version, version)
     if fmt == "json":
-        return jsoncpp_styled(_json3(runs, driver_version))
-    return _text3(runs, gpu_count, driver_version)
+        return jsoncpp_styled(_json3(runs, driver_version, version))
+    return _text3(runs, gpu_count, driver_version, version)
 
 
 def _runs(level: int, gpu_count: int, faults: Sequence[DcgmFault]) -> list[_Run]:
@@ -280,7 +295,7 @@ def _serial(uuid: str) -> str:
 # JSON
 
 
-def _json4(runs: list[_Run], gpu_uuids: Sequence[str], driver_version: str) -> dict[str, Any]:
+def _json4(runs: list[_Run], gpu_uuids: Sequence[str], driver_version: str, version: str) -> dict[str, Any]:
     def shown(status: str) -> str:
         return "Fail" if status == "Warn" else status  # HelperDisplayDiagResult without DDR_DISPLAY_WARN
 
@@ -310,11 +325,11 @@ def _json4(runs: list[_Run], gpu_uuids: Sequence[str], driver_version: str) -> d
     return {
         "DCGM Diagnostic": {"test_categories": categories},
         "entity_groups": [{"entities": entities, "entity_group": "GPU", "entity_group_id": 1}],
-        "metadata": {"Driver Version Detected": driver_version, "version": DCGM_VERSIONS[4]},
+        "metadata": {"Driver Version Detected": driver_version, "version": version},
     }
 
 
-def _json3(runs: list[_Run], driver_version: str) -> dict[str, Any]:
+def _json3(runs: list[_Run], driver_version: str, version: str) -> dict[str, Any]:
     categories = []
     for category, members in _by_category(runs, 3):
         tests: list[dict[str, Any]] = []
@@ -335,7 +350,7 @@ def _json3(runs: list[_Run], driver_version: str) -> dict[str, Any]:
         "DCGM GPU Diagnostic": {
             "Driver Version Detected": driver_version,
             "test_categories": categories,
-            "version": DCGM_VERSIONS[3],
+            "version": version,
         }
     }
 
@@ -423,17 +438,21 @@ def _wrapped(label: str, message: str) -> list[str]:
     return [_row(label if i == 0 else "", chunk) for i, chunk in enumerate(chunks)]
 
 
-def _metadata(major: int, gpu_count: int, driver_version: str) -> list[str]:
+def _metadata(version: str, gpu_count: int, driver_version: str) -> list[str]:
     return [
         _SECTIONS["Metadata"],
-        _row("DCGM Version", DCGM_VERSIONS[major]),
+        _row("DCGM Version", version),
         _row("Driver Version Detected", driver_version),
         _row("GPU Device IDs Detected", ", ".join([DEVICE_ID] * gpu_count)),
     ]
 
 
-def _text4(runs: list[_Run], gpu_count: int, driver_version: str) -> str:
-    lines = ["Successfully ran diagnostic for group.", *_HEADER, *_metadata(4, gpu_count, driver_version)]
+def _text4(runs: list[_Run], gpu_count: int, driver_version: str, version: str) -> str:
+    lines = [
+        "Successfully ran diagnostic for group.",
+        *_HEADER,
+        *_metadata(version, gpu_count, driver_version),
+    ]
     for category, members in _by_category(runs, 4):
         lines.append(_SECTIONS[category])
         for run in members:
@@ -446,8 +465,12 @@ def _text4(runs: list[_Run], gpu_count: int, driver_version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _text3(runs: list[_Run], gpu_count: int, driver_version: str) -> str:
-    lines = ["Successfully ran diagnostic for group.", *_HEADER, *_metadata(3, gpu_count, driver_version)]
+def _text3(runs: list[_Run], gpu_count: int, driver_version: str, version: str) -> str:
+    lines = [
+        "Successfully ran diagnostic for group.",
+        *_HEADER,
+        *_metadata(version, gpu_count, driver_version),
+    ]
     for category, members in _by_category(runs, 3):
         lines.append(_SECTIONS[category])
         for run in members:

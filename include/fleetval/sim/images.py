@@ -11,12 +11,23 @@ node, pod uid).
 
 Facts, with their sources:
 
-- DCGM image `nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04`: NVIDIA/DCGM
-  `docker/Dockerfile.ubuntu22.04` at the 4.2.3 release: FROM `nvcr.io/nvidia/cuda:12.8.0-base-
-  ubuntu22.04`, `ENTRYPOINT ["/usr/bin/nv-hostengine"]`, `CMD ["-n", "-b", "0.0.0.0",
-  "--log-level", "NONE", "-f", "-"]`, `NVIDIA_VISIBLE_DEVICES=all`. `dcgmi` and `nv-hostengine`
-  install to `${CMAKE_INSTALL_BINDIR}` (/usr/bin; DCGM `CMakeLists.txt`), `nvvs` to
-  /usr/libexec/datacenter-gpu-manager-4. Ubuntu 22.04: bash 5.1, /bin/sh is dash, merged /usr.
+- DCGM images, one per supported release (`fleetval.dcgm.probe.SUPPORTED_DCGM_IMAGES`), each
+  printing its own version (`nv-hostengine`'s banner, `dcgmi --version`, the diag's metadata).
+  All three share NVIDIA/DCGM's `docker/` recipe: `ENTRYPOINT ["/usr/bin/nv-hostengine"]`,
+  `CMD ["-n", "-b", "0.0.0.0", "--log-level", "NONE", "-f", "-"]`, `NVIDIA_VISIBLE_DEVICES=all`;
+  `dcgmi` and `nv-hostengine` install to `${CMAKE_INSTALL_BINDIR}` (/usr/bin; DCGM
+  `CMakeLists.txt`). `4.2.3-1-ubuntu22.04`: `Dockerfile.ubuntu22.04` at 4.2.3, FROM
+  `nvcr.io/nvidia/cuda:12.8.0-base-ubuntu22.04`, package `datacenter-gpu-manager-4-cuda12`
+  (dcgmproftester12), `nvvs` in /usr/libexec/datacenter-gpu-manager-4. `4.6.0-1-ubuntu24.04`:
+  the ubuntu24.04 recipe is not in the public repository (its `Dockerfile.ubuntu22.04` at 4.6.0
+  installs the -cuda12 and -cuda13 packages on `cuda:13.0.1-base`); a run of the published image
+  (yassineteimi/nvidia-gpu-fleet-poc `docs/artifacts/session-b-dcgm-image-check.txt` @141c1af,
+  tests/fixtures/dcgm) shows `/usr/bin/dcgmproftester12` and `13` and `dcgmi  version: 4.6.0`;
+  Ubuntu 24.04: bash 5.2. `3.3.9-1-ubuntu22.04` (GPU Operator v24.9's DCGM): the 3.x package
+  `datacenter-gpu-manager` (dcgmproftester11 and 12; `nvvs` in /usr/share/nvidia-validation-
+  suite, `DCGM_NVVS_INSTALL_DIR` at 3.3.9). Ubuntu: /bin/sh is dash, merged /usr.
+- `dcgmi --version`: TCLAP's `StdOutput::version` (an empty line, `dcgmi  version: <v>`, an
+  empty line), as the captured 4.6.0 run prints it.
 - nccl-tests image `ghcr.io/coreweave/nccl-tests:12.4.1-cudnn-devel-ubuntu20.04-nccl2.21.5-1-
   85f9143`: coreweave/nccl-tests `Dockerfile.ubuntu20` at 85f9143: nccl-tests (NVIDIA/nccl-tests
   2cbb968) built with `make MPI=1` in WORKDIR /opt/nccl-tests, so the binaries are
@@ -89,7 +100,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleetval.dcgm.probe import DCGM_IMAGE
+from fleetval.dcgm.probe import SUPPORTED_DCGM_IMAGES, DcgmImage
 from fleetval.dcgm.simulated import DCGM_VERSIONS, DcgmFault, render_dcgm
 from fleetval.errors import ParseError, SpecError
 from fleetval.fleet.gpus import gpu_uuid
@@ -158,6 +169,7 @@ class Image:
     cmd: tuple[str, ...] = ()
     workdir: str = "/"
     bash_version: tuple[int, int] = (5, 1)
+    tool_version: str = ""  # the version its tool prints (DCGM images: the DCGM release)
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -201,18 +213,28 @@ def _ubuntu_files() -> dict[str, str]:
     return files
 
 
-def _dcgm_image() -> Image:
+# What differs between the supported DCGM images: CUDA builds of dcgmproftester, where nvvs
+# lives, the Ubuntu release's bash.
+_DCGM_IMAGE_LAYOUT: Final[dict[str, tuple[tuple[int, ...], str, tuple[int, int]]]] = {
+    "3.3.9": ((11, 12), "/usr/share/nvidia-validation-suite/nvvs", (5, 1)),
+    "4.2.3": ((12,), "/usr/libexec/datacenter-gpu-manager-4/nvvs", (5, 1)),
+    "4.6.0": ((12, 13), "/usr/libexec/datacenter-gpu-manager-4/nvvs", (5, 2)),
+}
+
+
+def _dcgm_image(supported: DcgmImage) -> Image:
+    proftesters, nvvs, bash_version = _DCGM_IMAGE_LAYOUT[supported.version]
     files = _ubuntu_files()
     files.update(
         {
             "/usr/bin/dcgmi": "dcgmi",
             "/usr/bin/nv-hostengine": "nv-hostengine",
-            "/usr/bin/dcgmproftester12": "other",
-            "/usr/libexec/datacenter-gpu-manager-4/nvvs": "other",
+            nvvs: "other",
+            **{f"/usr/bin/dcgmproftester{cuda}": "other" for cuda in proftesters},
         }
     )
     return Image(
-        ref=normalize_image(DCGM_IMAGE),
+        ref=normalize_image(supported.ref),
         files=files,
         env={
             "PATH": _CUDA_PATH,
@@ -224,7 +246,8 @@ def _dcgm_image() -> Image:
         },
         entrypoint=("/usr/bin/nv-hostengine",),
         cmd=("-n", "-b", "0.0.0.0", "--log-level", "NONE", "-f", "-"),
-        bash_version=(5, 1),
+        bash_version=bash_version,
+        tool_version=supported.version,
     )
 
 
@@ -339,7 +362,7 @@ def normalize_image(ref: str) -> str:
 
 def _catalog() -> dict[str, Image]:
     images = [
-        _dcgm_image(),
+        *(_dcgm_image(supported) for supported in SUPPORTED_DCGM_IMAGES),
         _nccl_tests_image(),
         _pytorch_image(),
         _ubuntu_image("22.04", (5, 1)),
@@ -428,6 +451,8 @@ def dcgm_faults(fleet: FleetSpec, node: str, level: int) -> list[DcgmFault]:
 
 
 def dcgm_major(fleet: FleetSpec, node: str) -> int:
+    """The profile's `dcgm_major` (default 4): the DCGM of reports rendered without a pod. A pod
+    runs its image's DCGM, as on a real node, whatever the profile says."""
     profile = fleet.profile_of(node)
     return int((fleet.raw.get("profiles", {}).get(profile.name, {}) or {}).get("dcgm_major", 4))
 
@@ -445,11 +470,13 @@ def dcgm_report(
     fmt: str = "json",
     driver_version: str = "",
     exporter_running: bool = False,
+    dcgm_version: str = "",
 ) -> str:
     """What `dcgmi diag -r <level>` (`-j` when fmt="json") prints on `node`, seeing the GPUs in
     `gpu_indices` (all of the node's when None) as 0..n-1 in index order, with their UUIDs, on
     `driver_version` (the profile's when ""); `exporter_running`: the node's dcgm-exporter is up, so
-    a `dcgm.exporter_contention` node finds DCGM's profiling module busy on every GPU."""
+    a `dcgm.exporter_contention` node finds DCGM's profiling module busy on every GPU.
+    `dcgm_version`: the DCGM that runs it (a pod: its image's); "" = the profile's `dcgm_major`."""
     profile = fleet.profile_of(node)
     indices = sorted(set(gpu_indices)) if gpu_indices is not None else list(range(profile.gpus))
     local = {physical: i for i, physical in enumerate(indices)}
@@ -466,6 +493,7 @@ def dcgm_report(
         faults=faults,
         dcgm_major=dcgm_major(fleet, node),
         fmt=fmt,
+        dcgm_version=dcgm_version,
     )
 
 
@@ -816,7 +844,7 @@ def _run_hostengine(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out
         # Without GPUs the toolkit mounts no NVML: DCGM fails to initialize (logged to syslog).
         proc.elapsed += 1.0
         return 255
-    version = DCGM_VERSIONS[dcgm_major(proc.fleet, proc.ctx.node)]
+    version = _dcgm_version(proc)
     proc.hostengine_pid = proc.pid()
     proc.elapsed += 2.0
     out.out(f"Started host engine version {version} using port number: {port} \n")
@@ -825,8 +853,16 @@ def _run_hostengine(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out
     return 0
 
 
+def _dcgm_version(proc: _Proc) -> str:
+    """The DCGM release the container runs: its image's (the fleet profile's major otherwise)."""
+    return proc.image.tool_version or DCGM_VERSIONS[dcgm_major(proc.fleet, proc.ctx.node)]
+
+
 def _run_dcgmi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> int:
     args = argv[1:]
+    if args == ["--version"]:  # TCLAP's built-in switch (StdOutput::version); needs no host engine
+        out.out(f"\ndcgmi  version: {_dcgm_version(proc)}\n\n")
+        return 0
     if not args or args[0] != "diag":
         raise _Unsupported(f"unsupported command: {' '.join(argv)} (only dcgmi diag is simulated)")
     level: int | None = None
@@ -862,6 +898,7 @@ def _run_dcgmi(proc: _Proc, argv: list[str], env: dict[str, str], out: _Out) -> 
             fmt=output,
             driver_version=ctx.driver_version,
             exporter_running=ctx.exporter_running,
+            dcgm_version=_dcgm_version(proc),
         )
 
     report = diag(fmt)

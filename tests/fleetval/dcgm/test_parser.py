@@ -143,6 +143,12 @@ def check_schema_is_not_output(text: str) -> None:
         parse_dcgm(text)
 
 
+def check_image_check_is_not_a_report(text: str) -> None:
+    # dcgmi's version banner and a file listing (tests/fleetval/sim/test_dcgm_images.py uses it).
+    with pytest.raises(ParseError, match="no DCGM result table or JSON document"):
+        parse_dcgm(text)
+
+
 def check_304_deployment_fragment(text: str) -> None:
     with pytest.raises(ParseError, match="closing border"):
         parse_dcgm(text)
@@ -190,6 +196,10 @@ CASES: dict[str, tuple[str, Callable[[str], None]]] = {
     "dcgm3-r3-json-t400-all-skip-issue139-fragment.txt": ("3.x-json-skip-fragment", check_t400_skip_fragment),
     "dcgm4-r4-json-fragment-issue215.json": ("4.x-json-fragment", check_r4_json_fragment),
     "dcgm4-diag-json-schema.reference.json": ("4.x-schema-not-output", check_schema_is_not_output),
+    "dcgm4.6.0-image-check-version-binaries-poc.txt": (
+        "4.6.0-image-not-a-report",
+        check_image_check_is_not_a_report,
+    ),
     "dcgm3.0.4-r3-text-header-deployment-pass-issue55-fragment.txt": (
         "3.0.4-text-fragment",
         check_304_deployment_fragment,

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from fleetval.dcgm.parser import DcgmReport, parse_dcgm
-from fleetval.dcgm.simulated import FAULT_KINDS, DcgmFault, jsoncpp_styled, render_dcgm
+from fleetval.dcgm.simulated import DCGM_VERSIONS, FAULT_KINDS, DcgmFault, jsoncpp_styled, render_dcgm
 from fleetval.errors import ParseError, SpecError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
@@ -91,7 +91,7 @@ def test_fault_round_trips_to_its_gpu_and_class(major: int, fmt: str, kind: str,
 
     assert report.overall == result
     assert (report.level, report.complete, report.driver_version) == (level, True, DRIVER)
-    assert report.dcgm_version == ("4.2.3" if major == 4 else "3.3.9")
+    assert report.dcgm_version == DCGM_VERSIONS[major]
     name = name4 if major == 4 else name3
     assert not_passing(report) == {name: {"5": result}}
     (faulted,) = (t for t in report.tests if t.result != "pass")

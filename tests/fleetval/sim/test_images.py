@@ -82,7 +82,7 @@ def test_the_catalog_has_the_pinned_probe_images_and_their_binaries() -> None:
     assert nccl.files["/opt/hpcx/ompi/bin/mpirun"] == "mpirun" and "/opt/hpcx/ompi/bin" in nccl.env["PATH"]
     assert nccl.workdir == "/opt/nccl-tests" and nccl.bash_version == (5, 0)
     assert dcgm.files["/usr/bin/dcgmi"] == "dcgmi" and dcgm.files["/usr/bin/nv-hostengine"] == "nv-hostengine"
-    assert dcgm.entrypoint == ("/usr/bin/nv-hostengine",) and dcgm.bash_version == (5, 1)
+    assert dcgm.entrypoint == ("/usr/bin/nv-hostengine",) and dcgm.bash_version == (5, 2)  # Ubuntu 24.04
     assert normalize_image("ubuntu:22.04") == "docker.io/library/ubuntu:22.04" in IMAGES
     assert normalize_image("busybox") == "docker.io/library/busybox:latest"
     assert normalize_image("nvcr.io/nvidia/x@sha256:ab") == "nvcr.io/nvidia/x:latest@sha256:ab"
@@ -148,7 +148,7 @@ def test_an_entrypoint_the_image_lacks_fails_to_start_as_the_kubelet_reports() -
 
 def test_image_entrypoint_and_cmd_run_when_the_pod_sets_no_command() -> None:
     daemon = run(DCGM_IMAGE, [])  # nv-hostengine -n ...: a foreground daemon
-    assert daemon.output == "Started host engine version 4.2.3 using port number: 5555 \n"
+    assert daemon.output == "Started host engine version 4.6.0 using port number: 5555 \n"
     assert (daemon.duration_s, daemon.exit_code) == (NEVER, 137)
     via_entrypoint = run(NCCL_TESTS_IMAGE, [], ["/bin/bash", "-c", "echo ok"])
     assert (via_entrypoint.output, via_entrypoint.exit_code) == ("ok\n", 0)
@@ -255,7 +255,7 @@ def test_the_dcgm_probe_reports_the_nodes_fault_on_the_right_gpu() -> None:
     assert uuids == {str(i): gpu_uuid(FLEET.seed, "r01-n02", i) for i in ALL}
     report = parse_dcgm(report_text)
     failed = {g for t in report.tests for g, r in t.gpus.items() if r == "fail"}
-    assert failed == {"5"} and report.dcgm_version == "4.2.3"
+    assert failed == {"5"} and report.dcgm_version == "4.6.0"
     # Faulty memory is an ISOLATE error: DCGM_ST_NVVS_ISOLATE_ERROR as the exit byte.
     assert (result.exit_code, result.reason) == (205, "Error")
     assert result.duration_s == pytest.approx(0.5 + 2.0 + DCGM_DIAG_SECONDS[2])
@@ -292,7 +292,7 @@ def test_host_engine_start_up_and_the_text_report() -> None:
     started = bash(DCGM_IMAGE, "nv-hostengine; nv-hostengine")
     assert started.exit_code == 1
     assert re.fullmatch(
-        r"Started host engine version 4\.2\.3 using port number: 5555 \n"
+        r"Started host engine version 4\.6\.0 using port number: 5555 \n"
         r"Host engine already running with pid \d+\n",
         started.output,
     )

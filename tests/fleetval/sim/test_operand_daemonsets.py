@@ -11,7 +11,7 @@ import pytest
 
 from fleetval.dcgm.judge import judge_dcgm
 from fleetval.dcgm.parser import parse_dcgm
-from fleetval.dcgm.probe import DCGM_IMAGE
+from fleetval.dcgm.probe import DCGM_IMAGE, SUPPORTED_DCGM_IMAGES, DcgmImage
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.sim.kube import mig_manager, operands
 from fleetval.sim.kube.cluster import ListOptions, SimKubeCluster
@@ -144,7 +144,7 @@ def test_the_pause_survives_a_restart(tmp_path: pathlib.Path) -> None:
 # --- what a diagnostic sees ---------------------------------------------------------------------
 
 
-def diag(sim: SimKubeCluster, name: str, node: str, *, json: bool = True) -> str:
+def diag(sim: SimKubeCluster, name: str, node: str, *, json: bool = True, image: str = DCGM_IMAGE) -> str:
     """The DCGM probe's script (fleetval.dcgm.probe) in a pod on `node`; its log once it ended."""
     script = f"nvidia-smi -L && nv-hostengine >/dev/null && exec dcgmi diag -r 2{' -j' if json else ''}"
     sim.create(
@@ -158,7 +158,7 @@ def diag(sim: SimKubeCluster, name: str, node: str, *, json: bool = True) -> str
                 "containers": [
                     {
                         "name": "dcgm",
-                        "image": DCGM_IMAGE,
+                        "image": image,
                         "command": ["/bin/bash", "-c"],
                         "args": [script],
                         "resources": {"limits": {"nvidia.com/gpu": "8"}},
@@ -177,16 +177,19 @@ def outcome(text: str, node: str) -> tuple[str, str]:
     return judgement.result.value, judgement.rule.outcome
 
 
-@pytest.mark.parametrize("major", [3, 4])
+@pytest.mark.parametrize("dcgm", SUPPORTED_DCGM_IMAGES, ids=lambda d: d.version)
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
 def test_a_running_exporter_makes_the_diagnostic_inconclusive_and_pausing_it_clears_it(
-    major: int, as_json: bool
+    dcgm: DcgmImage, as_json: bool
 ) -> None:
-    sim, _ = cluster(major)
-    busy = diag(sim, "busy", "r01-n02", json=as_json)
+    sim, _ = cluster()
+    busy = diag(sim, "busy", "r01-n02", json=as_json, image=dcgm.ref)
+    assert parse_dcgm(busy).dcgm_version == dcgm.version  # the pod's image decides, not the profile
     assert outcome(busy, "r01-n02") == ("inconclusive", "profiling_busy")
     [failed] = [t for t in parse_dcgm(busy).tests if t.result == "fail"]
-    assert failed.name == ("pcie" if major == 4 else "PCIe") and set(failed.gpus.values()) == {"fail"}
+    assert failed.name == ("pcie" if dcgm.version.startswith("4.") else "PCIe") and set(
+        failed.gpus.values()
+    ) == {"fail"}
     assert len(failed.warnings) == 8
     assert (
         "Error using DCGM API dcgmProfWatchFields: The requested profiling metrics cannot be collected in a "
@@ -194,9 +197,13 @@ def test_a_running_exporter_makes_the_diagnostic_inconclusive_and_pausing_it_cle
     )
 
     set_label(sim, "r01-n02", PAUSED)
-    assert outcome(diag(sim, "paused", "r01-n02", json=as_json), "r01-n02") == ("pass", "pass")
+    assert outcome(diag(sim, "paused", "r01-n02", json=as_json, image=dcgm.ref), "r01-n02") == (
+        "pass",
+        "pass",
+    )
     set_label(sim, "r01-n02", "true")
-    assert outcome(diag(sim, "again", "r01-n02", json=as_json), "r01-n02")[1] == "profiling_busy"
+    again = diag(sim, "again", "r01-n02", json=as_json, image=dcgm.ref)
+    assert outcome(again, "r01-n02")[1] == "profiling_busy"
 
 
 def test_no_contention_without_the_fault_or_with_the_exporter_down() -> None:
