@@ -13,15 +13,11 @@ from airflow.sdk import get_current_context, task
 from kubernetes.client.exceptions import ApiException
 
 from fleetval.store.engine import outage_is_one_line
+from fleetval_airflow.context import run_key as _run_key
 from fleetval_airflow.probe_pod import ProbePodOperator
 
 LOG_CHUNK = 4096
 POD_APPEAR_S = 600.0  # the run pod's task starts beside the interrupter; scheduling may take a while
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 def _core() -> Any:

@@ -9,6 +9,7 @@ from typing import Any, Final
 from airflow.sdk import TaskGroup, get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line
+from fleetval_airflow.context import run_key as _run_key
 
 # The settings a DAG's params may give; what the stage uses when they do not.
 DEFAULTS: Final[dict[str, Any]] = {
@@ -29,11 +30,6 @@ DEFAULTS: Final[dict[str, Any]] = {
 def _setting(name: str) -> Any:
     params = get_current_context()["params"]
     return params[name] if name in params else DEFAULTS[name]
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 def _watch_s() -> float:

@@ -14,17 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context, task
 
+from fleetval_airflow.context import run_key as _run_key
+
 if TYPE_CHECKING:
     from fleetval.nccl.plan import Kind
 
 WAVE_DAG_ID = "post_upgrade_nccl_sweep_wave"
 MAX_CHANGES_IN_XCOM = 50
 MAX_SUBJECTS_IN_XCOM = 50
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 def _event_nodes(ctx: Any) -> list[str]:

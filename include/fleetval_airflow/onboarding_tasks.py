@@ -29,6 +29,7 @@ from airflow.sdk import get_current_context, task
 
 from fleetval.onboarding.request import LABEL_VALUE_PATTERN
 from fleetval.store.engine import outage_is_one_line
+from fleetval_airflow.context import run_key as _run_key
 
 if TYPE_CHECKING:
     from fleetval.nodes import NodeInfo
@@ -91,11 +92,6 @@ def remember_inventory(nodes: Sequence[NodeInfo]) -> None:
 
 
 # --- the run's state ---------------------------------------------------------------------------
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 def _planned() -> tuple[Store, int, dict[str, Any]]:

@@ -8,11 +8,7 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
+from fleetval_airflow.context import run_key as _run_key
 
 
 def _core() -> Any:

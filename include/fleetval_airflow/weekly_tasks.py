@@ -8,16 +8,12 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line  # light: SQLAlchemy is loaded by Airflow already
+from fleetval_airflow.context import run_key as _run_key
 
 WAVE_DAG_ID = "weekly_health_sweep_wave"
 
 # fleetval (SQLAlchemy, parsers, judges) is imported inside the tasks: the DAG processor parses
 # this module on every cycle and never runs a task.
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 @task

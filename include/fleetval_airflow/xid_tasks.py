@@ -10,15 +10,11 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line  # light: SQLAlchemy is loaded by Airflow already
+from fleetval_airflow.context import run_key as _run_key
 from fleetval_airflow.defaults import DECISION_PRIORITY
 from fleetval_airflow.probe_pod import ProbePodOperator
 
 # fleetval is imported inside the tasks: the DAG processor parses this module every cycle.
-
-
-def _run_key() -> str:
-    ctx = get_current_context()
-    return f"{ctx['dag'].dag_id}/{ctx['run_id']}"
 
 
 def _breaker(params: dict[str, Any]) -> Any:
@@ -157,7 +153,7 @@ class R3ProbeOperator(ProbePodOperator):
                 config.store(),
                 config.kube(),
                 run_id=self.fv_run,
-                run_key=f"{context['dag'].dag_id}/{context['run_id']}",
+                run_key=_run_key(context),
                 spec=self.spec,
                 dry_run=bool(context["params"]["dry_run"]),
                 now=dt.datetime.now(dt.UTC),
