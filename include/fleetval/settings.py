@@ -57,9 +57,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from fleetval.dcgm.probe import DCGM_IMAGE
-from fleetval.nccl.probe import NCCL_TESTS_IMAGE
-from fleetval.probes.pod import NAMESPACE
+# Defaults are data (fleetval.pinned_images), so reading the settings loads no tool package.
+from fleetval.pinned_images import DCGM_IMAGE, NCCL_TESTS_IMAGE
+
+NAMESPACE: Final = "fleetval"  # probe pods' and MPIJobs' namespace unless FLEETVAL_NAMESPACE says
 
 DEFAULT_RACK_LABEL: Final = "fleetval.io/rack"
 DEFAULT_KUEUE_QUEUE: Final = "fleetval-validation"

@@ -17,8 +17,8 @@ from tests.paths import ROOT
 PACKAGE = ROOT / "include" / "fleetval"
 # Lowest first. A unit is a top-level module or folder of `fleetval`.
 LEVELS: list[set[str]] = [
-    {"__init__", "errors", "records", "criteria"},
-    {"nodes", "fleet", "policy", "k8s", "store"},
+    {"__init__", "errors", "records", "criteria", "pinned_images"},
+    {"nodes", "fleet", "policy", "k8s", "store", "settings"},  # settings: defaults from pinned_images
     {"probes", "remediation"},
     {
         "nvidia_smi",
@@ -35,7 +35,7 @@ LEVELS: list[set[str]] = [
     },
     {"onboarding"},  # composes the tools' checks: rack onboarding
     {"sim"},
-    {"settings", "cli"},
+    {"cli"},
 ]
 LEVEL = {unit: i for i, units in enumerate(LEVELS) for unit in units}
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleetval.pinned_images import CKPT_DRILL_IMAGE
+
 ENV_DIR: Final = "FLEETVAL_CKPT_DIR"
 ENV_STEPS: Final = "FLEETVAL_STEPS"
 ENV_SAVE_EVERY: Final = "FLEETVAL_SAVE_EVERY"
@@ -55,7 +57,7 @@ MANIFEST: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "fleetval-ckpt/1"
 LISTING_FORMAT: Final = "fleetval-ckpt-listing/1"
 
-DRILL_IMAGE: Final = "ghcr.io/fleetval/ckpt-drill:0.1.0"
+DRILL_IMAGE: Final = CKPT_DRILL_IMAGE
 TRAIN_COMMAND: Final = ("fleetval-ckpt-train",)
 INSPECT_COMMAND: Final = ("fleetval-ckpt-inspect",)
 CORRUPT_COMMAND: Final = ("fleetval-ckpt-corrupt",)

@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from fleetval.dcgm.exit_codes import REPORTED_EXIT_CODES
+from fleetval.pinned_images import DCGM_IMAGE as DCGM_IMAGE
+from fleetval.pinned_images import SUPPORTED_DCGM_IMAGES as SUPPORTED_DCGM_IMAGES
+from fleetval.pinned_images import DcgmImage as DcgmImage
 from fleetval.probes.pod import ProbeSpec
 
+# DCGM_IMAGE (pinned) is a site's default; FLEETVAL_DCGM_IMAGE overrides it (a mirror, a digest, an
+# older supported tag).
 
-@dataclass(frozen=True, slots=True)
-class DcgmImage:
-    """A DCGM image fleetval supports: the DCGM it runs has an exit-code table
-    (fleetval.dcgm.exit_codes) and run-level plans (fleetval.dcgm.levels) read from that release's
-    source, and the simulator's catalog has the image, printing this version."""
-
-    ref: str
-    version: str
-    shipped_by: str  # where the tag comes from
-
-
-SUPPORTED_DCGM_IMAGES: Final = (
-    DcgmImage(
-        "nvcr.io/nvidia/cloud-native/dcgm:3.3.9-1-ubuntu22.04",
-        "3.3.9",
-        "GPU Operator v24.9 (its component list names this standalone DCGM image)",
-    ),
-    DcgmImage(
-        "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
-        "4.2.3",
-        "NVIDIA/DCGM docker/Dockerfile.ubuntu22.04 at 4.2.3; fleetval's pin before 4.6.0",
-    ),
-    DcgmImage(
-        "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04",
-        "4.6.0",
-        "GPU Operator chart v26.7 default `dcgm.version`",
-    ),
-)
-
-# DCGM diagnostics image, pinned by tag: the GPU Operator's current standalone DCGM, so the probe
-# runs the DCGM the fleet already runs. A site overrides it (a mirror, a digest, an older supported
-# tag) with FLEETVAL_DCGM_IMAGE.
-DCGM_IMAGE: Final = SUPPORTED_DCGM_IMAGES[-1].ref
 # dcgmi's exit codes whose output is evidence (0 passed, 205/226 a test failed, 217/218/222 DCGM
 # busy with another client), per supported version: fleetval.dcgm.exit_codes. Anything else is the
 # harness (no host engine 235, killed, not found 127).

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fleetval.kueue.api import POD_GROUP_COUNT, POD_GROUP_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
+from fleetval.pinned_images import KUEUE_JOB_IMAGE
 
-# Kubernetes v1.34 e2e's busybox (test/utils/image/manifest.go): public, small, on every mirror.
-JOB_IMAGE: Final = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
+JOB_IMAGE: Final = KUEUE_JOB_IMAGE
 JOB_KIND: Final = "job"
 POD_GROUP_KIND: Final = "pod-group"
 KINDS: Final = (JOB_KIND, POD_GROUP_KIND)

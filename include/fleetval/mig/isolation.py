@@ -41,6 +41,7 @@ from fleetval.errors import ParseError
 from fleetval.k8s.scheduling import node_name_affinity
 from fleetval.mig.parser import MigGpu, parse_mig_list
 from fleetval.mig.smi import SmiReport, parse_smi
+from fleetval.pinned_images import MIG_WORKLOAD_IMAGE
 from fleetval.probes.pod import ProbeSpec
 from fleetval.records import Result, Verdict
 
@@ -50,7 +51,7 @@ RULE_FILL: Final = "mig-fill-neighbour-unaffected-v1"
 RULE_VISIBILITY: Final = "mig-neighbour-invisible-v1"
 TOOL: Final = "mig-workload"
 FILL_TOOL: Final = "mig-fill"
-PROBE_IMAGE: Final = "nvcr.io/nvidia/pytorch:25.01-py3"
+PROBE_IMAGE: Final = MIG_WORKLOAD_IMAGE
 FILL_LABEL: Final = "fleetval.io/mig-fill"
 # What counts as unaffected, as data: free memory may differ by the CUDA context's jitter, the
 # throughput by run-to-run noise. A filler that holds less than FILLED_FRACTION of a device did not

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 from fleetval.nccl.exit_codes import ANY_VERSION_REPORTED
+from fleetval.pinned_images import NCCL_TESTS_IMAGE as NCCL_TESTS_IMAGE
 from fleetval.probes.pod import ProbeSpec
 
 # The codes nccl-tests reports a result with in some version (`fleetval.nccl.exit_codes`: wrong
@@ -16,9 +17,6 @@ from fleetval.probes.pod import ProbeSpec
 # them all and `exit_codes.exit_code_problem(code, raw)` reads the code by the version the output
 # prints; 2 (a CUDA error: the GPUs could not be used), 5 and anything else is the harness.
 NCCL_REPORTED_EXIT_CODES: Final = ANY_VERSION_REPORTED
-# nccl-tests with OpenMPI (CoreWeave's public build: CUDA 12.4.1, NCCL 2.21.5), pinned by tag; a
-# site build with the fabric's plugins (or a digest) is passed as `image`.
-NCCL_TESTS_IMAGE: Final = "ghcr.io/coreweave/nccl-tests:12.4.1-cudnn-devel-ubuntu20.04-nccl2.21.5-1-85f9143"
 # The image builds nccl-tests in /opt/nccl-tests/build, which is not on its PATH.
 NCCL_TESTS_BIN: Final = "/opt/nccl-tests/build"
 NCCL_MIN_BYTES: Final = "8"

@@ -16,8 +16,8 @@ from typing import Any, Final
 from kubernetes.client import models as k8s
 
 from fleetval.nodes import MAINTENANCE_TAINT, ONBOARDING_TAINT
+from fleetval.settings import NAMESPACE as NAMESPACE
 
-NAMESPACE: Final = "fleetval"
 PROBE_LABEL: Final = "fleetval.io/probe"
 CLAIM_MOUNT: Final = "/ckpt"
 
