@@ -53,16 +53,11 @@ from fleetval.dcgm.simulated import DcgmFault, render_dcgm
 from fleetval.dcgm.steps import dcgm_measurements
 from fleetval.fleet.gpus import gpu_uuid
 from fleetval.probes.outputs import probe_output, store_probe_outputs
+from fleetval.store.bulk import MEASUREMENT_COLUMNS, PROBE_COLUMNS, VERDICT_COLUMNS
 from fleetval.store.engine import make_engine
 from fleetval.store.migrate import upgrade
 from fleetval.store.models import encode_raw, escape_json, escape_text
-from fleetval.store.repository import (
-    MEASUREMENT_COLUMNS,
-    PROBE_COLUMNS,
-    VERDICT_COLUMNS,
-    Store,
-    verdict_values,
-)
+from fleetval.store.repository import Store, verdict_values
 
 WAVE = 1024
 Payload = list[tuple[str, Sequence[str], bytes]]  # (table, columns, COPY text)

@@ -18,13 +18,13 @@ import pytest
 import sqlalchemy as sa
 
 from fleetval.records import Result, Verdict
-from fleetval.store import repository as repo
+from fleetval.store import bulk
 from fleetval.store.engine import make_engine, store_url
 from fleetval.store.migrate import upgrade
 from fleetval.store.models import ESCAPE_MARK, Measurement, Probe, VerdictRow, escape_json
-from fleetval.store.repository import COPY_MIN_ROWS, MeasurementIn, ProbeIn, Store
+from fleetval.store.repository import MeasurementIn, ProbeIn, Store
 
-WAVE = max(COPY_MIN_ROWS, 120)
+WAVE = max(bulk.COPY_MIN_ROWS, 120)
 RAW = 'GPU 0: \\x \t tab\r\n{"a": "\\u00e9"}\x00 \udcff\udcfe end\n'  # escapes, NUL, not-UTF-8 bytes
 VERDICT = Verdict(
     "D-DEV-03",
@@ -160,19 +160,19 @@ def test_raw_output_stored_again_is_not_sent_again_and_keeps_its_results(pg_stor
     retried = [dataclasses.replace(p, measurements=(), verdicts=(), started_at=later) for p in wave]
     retried[7] = dataclasses.replace(retried[7], raw="new bytes \udcff")
     sent: list[Any] = []
-    original = repo.copy_rows
+    original = bulk.copy_rows
 
     def spy(conn: Any, table_name: str, columns: Any, rows: Any, **kwargs: Any) -> None:
         rows = list(rows)
         sent.extend(r for r in rows if table_name == "probes_stage")
         original(conn, table_name, columns, rows, **kwargs)
 
-    repo.copy_rows = spy  # type: ignore[assignment]
+    bulk.copy_rows = spy  # type: ignore[assignment]
     try:
         pg_store.ingest(run_id, retried)
     finally:
-        repo.copy_rows = original  # type: ignore[assignment]
-    raw_at = repo.PROBE_COLUMNS.index("raw")
+        bulk.copy_rows = original  # type: ignore[assignment]
+    raw_at = bulk.PROBE_COLUMNS.index("raw")
     assert [r[1] for r in sent if r[raw_at] is not None] == [wave[7].probe_key]
     stored = pg_store.probes(run_id)
     assert [p["raw"] for p in stored] == [p.raw for p in retried]
@@ -206,7 +206,7 @@ def test_raw_output_changed_meanwhile_is_written_whole(pg_store: Store) -> None:
         )
     believed = {r["probe_key"]: (r["raw_sha256"], r["raw_codec"]) for r in rows}  # stale
     with pg_store.engine.begin() as conn:
-        ids = repo._copy_upsert_probes(conn, rows, believed, set(believed))
+        ids = bulk._copy_upsert_probes(conn, rows, believed, set(believed))
     assert len(ids) == WAVE
     assert [p["raw"] for p in pg_store.probes(run_id)] == [f"second n{i:03d}" for i in range(WAVE)]
 
@@ -241,7 +241,7 @@ def test_copy_into_a_table_holding_a_key_writes_nothing_and_says_so(pg_store: St
             ]
             for i in range(10)
         ]
-        assert not repo._copy_if_new(conn, "probes", repo.PROBE_COLUMNS, rows, table)
+        assert not bulk._copy_if_new(conn, "probes", bulk.PROBE_COLUMNS, rows, table)
         assert conn.execute(sa.select(sa.func.count()).select_from(Probe)).scalar_one() == 1  # usable
     assert pg_store.count(Probe) == 1
 
@@ -287,16 +287,16 @@ def test_a_copy_is_part_of_the_callers_transaction(pg_store: Store) -> None:
     table: Any = Probe.__table__
     rows = [
         [run_id, f"r/n{i}", "dcgm", None, [], {}, b"x", "utf-8/surrogateescape", "0" * 64, 0, None, None]
-        for i in range(COPY_MIN_ROWS)
+        for i in range(bulk.COPY_MIN_ROWS)
     ]
 
     def fail_after_the_copy() -> None:
         with pg_store.engine.begin() as conn:
-            repo.copy_rows(conn, "probes", repo.PROBE_COLUMNS, rows, types_of=table)
+            bulk.copy_rows(conn, "probes", bulk.PROBE_COLUMNS, rows, types_of=table)
             sent = conn.execute(sa.select(sa.func.count()).select_from(Probe)).scalar_one()
             raise RuntimeError(f"the task fails after the COPY of {sent} rows")
 
-    with pytest.raises(RuntimeError, match=f"COPY of {COPY_MIN_ROWS} rows"):
+    with pytest.raises(RuntimeError, match=f"COPY of {bulk.COPY_MIN_ROWS} rows"):
         fail_after_the_copy()
     assert pg_store.count(Probe) == 0
 
@@ -333,10 +333,10 @@ def test_awkward_values_read_back_exactly_through_copy(pg_store: Store) -> None:
             [run_id, f"k{i}", "t", None, [], {}, raw, "utf-8/surrogateescape", "0" * 64, None, None, None]
             for i, raw in enumerate(AWKWARD_BYTES)
         ]
-        repo.copy_rows(conn, "probes", repo.PROBE_COLUMNS, raws, types_of=probes)
+        bulk.copy_rows(conn, "probes", bulk.PROBE_COLUMNS, raws, types_of=probes)
         probe_id = conn.execute(sa.select(sa.func.min(Probe.id))).scalar_one()
-        repo.copy_rows(
-            conn, "measurements", repo.MEASUREMENT_COLUMNS, [(probe_id, *r[1:]) for r in rows], types_of=table
+        bulk.copy_rows(
+            conn, "measurements", bulk.MEASUREMENT_COLUMNS, [(probe_id, *r[1:]) for r in rows], types_of=table
         )
     with pg_store.engine.connect() as conn:
         stored_raw = conn.execute(sa.select(Probe.raw).order_by(Probe.id)).scalars().all()
@@ -353,12 +353,12 @@ def test_awkward_values_read_back_exactly_through_copy(pg_store: Store) -> None:
 
 @pytest.mark.parametrize("doc", [*DOCS, {1: "int key", "t": (1, 2)}], ids=range(len(DOCS) + 1))
 def test_json_text_is_what_binding_the_escaped_value_sends(doc: Any) -> None:
-    assert repo._json_text(doc) == json.dumps(escape_json(doc), separators=(",", ":"))
+    assert bulk._json_text(doc) == json.dumps(escape_json(doc), separators=(",", ":"))
 
 
 def test_a_document_json_cannot_hold_is_refused_as_binding_refuses_it() -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
-        repo._json_text({"when": dt.datetime(2026, 12, 1)})
+        bulk._json_text({"when": dt.datetime(2026, 12, 1)})
 
 
 def test_a_json_column_converts_each_document_once_and_each_as_alone() -> None:
@@ -380,19 +380,19 @@ def test_a_json_column_converts_each_document_once_and_each_as_alone() -> None:
         [1, 2],
         None,
     ]
-    assert repo._json_column(column) == [repo._json_text(v) for v in column]
+    assert bulk._json_column(column) == [bulk._json_text(v) for v in column]
     calls: list[Any] = []
-    original = repo._json_text
+    original = bulk._json_text
 
     def counted(value: Any) -> str:
         calls.append(value)
         return original(value)
 
-    repo._json_text = counted  # type: ignore[assignment]
+    bulk._json_text = counted  # type: ignore[assignment]
     try:
-        repo._json_column([shared] * 5 + [{"t": "a", "n": 2} for _ in range(5)])
+        bulk._json_column([shared] * 5 + [{"t": "a", "n": 2} for _ in range(5)])
     finally:
-        repo._json_text = original  # type: ignore[assignment]
+        bulk._json_text = original  # type: ignore[assignment]
     assert calls == [shared, {"t": "a", "n": 2}]
 
 
@@ -402,8 +402,8 @@ def test_column_by_column_blocks_are_the_per_value_conversion() -> None:
 
     table: Any = VerdictRow.__table__
     columns = ("run_id", "reason", "evidence", "subject")
-    converts = [repo._bind_conversion(_Conn(), table, c) for c in columns]  # type: ignore[arg-type]
-    assert converts[0] is None and converts[2] is repo._json_text and converts[3] is None
+    converts = [bulk._bind_conversion(_Conn(), table, c) for c in columns]  # type: ignore[arg-type]
+    assert converts[0] is None and converts[2] is bulk._json_text and converts[3] is None
     rows: list[tuple[Any, ...]] = [
         (1, "same reason", {"a": 1}, "s"),
         (2, "nul\x00 reason", {"b": "\x00"}, None),
@@ -412,9 +412,9 @@ def test_column_by_column_blocks_are_the_per_value_conversion() -> None:
     ]
     rows += [(i, f"r{i % 7}", {"i": i}, f"s{i}") for i in range(2500)]  # more than one block
     expected = [tuple(v if f is None else f(v) for f, v in zip(converts, row, strict=True)) for row in rows]
-    assert [tuple(r) for block in repo._converted(converts, rows) for r in block] == expected
+    assert [tuple(r) for block in bulk._converted(converts, rows) for r in block] == expected
     plain = [None] * 4
-    assert [tuple(r) for block in repo._converted(plain, rows) for r in block] == rows
+    assert [tuple(r) for block in bulk._converted(plain, rows) for r in block] == rows
     for kinds in (converts, plain):
         with pytest.raises(ValueError, match="values for 4 columns"):
-            list(repo._converted(kinds, [(1, 2)]))
+            list(bulk._converted(kinds, [(1, 2)]))
