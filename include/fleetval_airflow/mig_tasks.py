@@ -1,15 +1,19 @@
 """Tasks of `mig_validation`, and the MIG stage any DAG can add (`mig_stage`): each pulls its
-context once and calls fleetval.mig.suite. Their settings come from the DAG's params, or the
-defaults below where a DAG (rack onboarding) has no such param."""
+context once (a `MigRun` for the steps that touch the cluster) and calls one step of
+fleetval.mig.suite. Their settings come from the DAG's params, or the defaults below where a DAG
+(rack onboarding) has no such param."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow.sdk import TaskGroup, get_current_context, task
 
 from fleetval.store.engine import outage_is_one_line
 from fleetval_airflow.context import run_key as _run_key
+
+if TYPE_CHECKING:
+    from fleetval.mig.suite import MigRun
 
 # The settings a DAG's params may give; what the stage uses when they do not.
 DEFAULTS: Final[dict[str, Any]] = {
@@ -32,14 +36,6 @@ def _setting(name: str) -> Any:
     return params[name] if name in params else DEFAULTS[name]
 
 
-def _watch_s() -> float:
-    return 60.0 * float(_setting("watch_minutes"))
-
-
-def _poll_s() -> float:
-    return float(_setting("poll_seconds"))
-
-
 def _meta(fv_run: int) -> tuple[Any, dict[str, Any]]:
     from fleetval_airflow import config
 
@@ -47,43 +43,38 @@ def _meta(fv_run: int) -> tuple[Any, dict[str, Any]]:
     return store, store.run_meta(fv_run)
 
 
-def _context(fv_run: int) -> tuple[Any, Any, Any, Any, list[str]]:
-    """The store, the plan, the nodes taken, the config in force and the API clients' owner."""
-    from fleetval.mig import suite
-
-    store, meta = _meta(fv_run)
-    plan = suite.MigPlan.from_json(meta["mig_plan"]) if meta.get("mig_plan") else None
-    return store, plan, meta.get("mig_config") or {}, meta, list(meta.get("mig_taken") or [])
+def _probed(meta: dict[str, Any]) -> list[str]:
+    """The taken nodes the isolation probes run on (the baseline left why not the others)."""
+    return [n for n in meta.get("mig_taken") or [] if n not in (meta.get("mig_not_probed") or {})]
 
 
-def _on_taken(fv_run: int, step: str, **extra: Any) -> Any:
-    """Run `fleetval.mig.suite.<step>` on the nodes this run took, with the store, the API clients,
-    the plan and the watch settings every node-changing step takes; None when none was taken."""
+def _mig_run(store: Any, fv_run: int, meta: dict[str, Any]) -> MigRun:
+    """What every step of this run shares: the run's record (plan, nodes taken, mig-parted config),
+    the cluster and the DAG's settings; built once per task, which runs one step."""
     from fleetval.mig import suite
     from fleetval_airflow import config
 
-    store, mig_plan, mig_config, meta, taken = _context(fv_run)
-    if not taken:
-        return None
     kube = config.kube()
-    if step in ("apply_layouts", "restore"):
-        extra["config"] = mig_config
-    return getattr(suite, step)(
-        store,
-        fv_run,
-        kube.core,
-        kube,
-        mig_plan,
-        taken,
+    return suite.MigRun(
+        store=store,
+        run_id=fv_run,
         run_key=meta["run_key"],
-        watch_s=_watch_s(),
-        poll_s=_poll_s(),
-        **extra,
+        plan=suite.MigPlan.from_json(meta["mig_plan"]),
+        taken=tuple(meta.get("mig_taken") or ()),
+        mig_config=meta.get("mig_config") or {},
+        core=kube.core,
+        actions=kube,
+        pod_namespace=config.settings().namespace,
+        image=_setting("image"),
+        watch_s=60.0 * float(_setting("watch_minutes")),
+        poll_s=float(_setting("poll_seconds")),
     )
 
 
-def _not_probed(fv_run: int) -> dict[str, str]:
-    return dict(_meta(fv_run)[1].get("mig_not_probed") or {})
+def _taken_run(fv_run: int) -> MigRun | None:
+    """The run for a step that changes the taken nodes; None when it took none."""
+    store, meta = _meta(fv_run)
+    return _mig_run(store, fv_run, meta) if meta.get("mig_taken") else None
 
 
 @task
@@ -152,15 +143,14 @@ def plan(fv_run: int, nodes: list[str] | None = None, in_service: bool = True) -
 def take(fv_run: int) -> list[str]:
     """Cordon the planned nodes that are still idle (none in a dry run)."""
     from fleetval.mig import suite
-    from fleetval_airflow import config
 
-    store, mig_plan, _config, meta, taken = _context(fv_run)
-    if _setting("dry_run") or mig_plan is None:
+    store, meta = _meta(fv_run)
+    if _setting("dry_run") or not meta.get("mig_plan"):
         return []
-    if "mig_taken" not in meta:  # a retry keeps what the first attempt took
-        kube = config.kube()
-        taken = suite.take(store, fv_run, kube.core, kube, mig_plan, run_key=meta["run_key"])
-        store.update_run_meta(fv_run, mig_taken=taken)
+    if "mig_taken" in meta:  # a retry keeps what the first attempt took
+        return list(meta["mig_taken"] or [])
+    taken = suite.take(_mig_run(store, fv_run, meta))
+    store.update_run_meta(fv_run, mig_taken=taken)
     return taken
 
 
@@ -169,26 +159,35 @@ def take(fv_run: int) -> list[str]:
 def apply_layouts(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-01 (advertised within N minutes, the time stored) and D-GPU-MIG-05 (sold as its
     profile) for each layout of each taken node."""
+    from fleetval.mig import suite
+
+    run = _taken_run(fv_run)
+    if run is None:
+        return []
     limit = _setting("advertise_max_minutes")
-    verdicts = _on_taken(fv_run, "apply_layouts", max_s=None if limit is None else 60.0 * float(limit))
-    return [v.to_json() for v in verdicts or []]
+    verdicts = suite.apply_layouts(run, max_s=None if limit is None else 60.0 * float(limit))
+    return [v.to_json() for v in verdicts]
 
 
 def _probes(fv_run: int, phase: str) -> list[dict[str, Any]]:
     """The workload probes of a phase, on the taken nodes that advertise the probed instances (the
     baseline decides which, and keeps why the others are not probed)."""
     from fleetval.mig import suite
-    from fleetval_airflow import config
 
-    store, mig_plan, _config, meta, taken = _context(fv_run)
-    if not taken:
+    store, meta = _meta(fv_run)
+    if not meta.get("mig_taken"):
         return []
     if "mig_not_probed" not in meta:
-        ready = suite.probe_ready(config.kube().core, mig_plan, taken)
+        ready = suite.probe_ready(_mig_run(store, fv_run, meta))
         store.update_run_meta(fv_run, mig_not_probed={n: why for n, why in ready.items() if why})
         meta = store.run_meta(fv_run)
-    probed = [n for n in taken if n not in meta["mig_not_probed"]]
-    specs = suite.isolation_probes(mig_plan, probed, phase, run_key=meta["run_key"], image=_setting("image"))
+    specs = suite.isolation_probes(
+        suite.MigPlan.from_json(meta["mig_plan"]),
+        _probed(meta),
+        phase,
+        run_key=meta["run_key"],
+        image=_setting("image"),
+    )
     return [{"probe": s.to_json(), "fv_run": fv_run} for s in specs]
 
 
@@ -204,22 +203,12 @@ def baseline_probes(fv_run: int) -> list[dict[str, Any]]:
 def start_fill(fv_run: int) -> dict[str, str]:
     """The filler on every other instance of the probed profile, waited for until full."""
     from fleetval.mig import suite
-    from fleetval_airflow import config
 
-    store, mig_plan, _config, meta, taken = _context(fv_run)
-    probed = [n for n in taken if n not in (meta.get("mig_not_probed") or {})]
+    store, meta = _meta(fv_run)
+    probed = _probed(meta)
     if not probed:
         return {}
-    fills = suite.start_fill(
-        config.kube().core,
-        mig_plan,
-        probed,
-        run_key=meta["run_key"],
-        namespace=config.settings().namespace,
-        image=_setting("image"),
-        timeout_s=_watch_s(),
-        poll_s=_poll_s(),
-    )
+    fills = suite.start_fill(_mig_run(store, fv_run, meta), probed)
     store.update_run_meta(fv_run, mig_fills=fills)
     return fills
 
@@ -236,19 +225,11 @@ def during_probes(fv_run: int) -> list[dict[str, Any]]:
 def stop_fill(fv_run: int) -> None:
     """The fillers' logs stored as evidence, the fillers deleted (whatever the probes did)."""
     from fleetval.mig import suite
-    from fleetval_airflow import config
 
-    store, _plan, _config, meta, _taken = _context(fv_run)
+    store, meta = _meta(fv_run)
     fills = meta.get("mig_fills") or {}
     if fills:
-        suite.stop_fill(
-            store,
-            fv_run,
-            config.kube().core,
-            fills,
-            run_key=meta["run_key"],
-            namespace=config.settings().namespace,
-        )
+        suite.stop_fill(_mig_run(store, fv_run, meta), fills)
 
 
 @task(trigger_rule="all_done")
@@ -257,11 +238,17 @@ def judge_isolation(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-03 and -04 from the stored probes (a probe that left nothing is `error`)."""
     from fleetval.mig import suite
 
-    store, mig_plan, _config, meta, taken = _context(fv_run)
+    store, meta = _meta(fv_run)
+    taken = list(meta.get("mig_taken") or [])
     if not taken:
         return []
     verdicts = suite.judge_isolation(
-        store, fv_run, mig_plan, taken, run_key=meta["run_key"], not_probed=meta.get("mig_not_probed") or {}
+        store,
+        fv_run,
+        suite.MigPlan.from_json(meta["mig_plan"]),
+        taken,
+        run_key=meta["run_key"],
+        not_probed=meta.get("mig_not_probed") or {},
     )
     return [v.to_json() for v in verdicts]
 
@@ -270,23 +257,25 @@ def judge_isolation(fv_run: int) -> list[dict[str, Any]]:
 @outage_is_one_line
 def refused_layout(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-02: a layout the catalog refuses is refused, `failed` on the node."""
-    return [v.to_json() for v in _on_taken(fv_run, "refused_layout") or []]
+    from fleetval.mig import suite
+
+    run = _taken_run(fv_run)
+    return [] if run is None else [v.to_json() for v in suite.refused_layout(run)]
 
 
 @task(trigger_rule="all_done", retries=0)
 @outage_is_one_line
 def busy_reconfig(fv_run: int) -> list[dict[str, Any]]:
     """D-GPU-MIG-06: a layout change while a pod works on an instance is refused or waits."""
-    from fleetval_airflow import config
+    from fleetval.mig import suite
 
-    verdicts = _on_taken(
-        fv_run,
-        "busy_reconfig",
-        namespace=config.settings().namespace,
-        image=_setting("image"),
-        not_probed=_not_probed(fv_run),
+    store, meta = _meta(fv_run)
+    if not meta.get("mig_taken"):
+        return []
+    verdicts = suite.busy_reconfig(
+        _mig_run(store, fv_run, meta), not_probed=dict(meta.get("mig_not_probed") or {})
     )
-    return [v.to_json() for v in verdicts or []]
+    return [v.to_json() for v in verdicts]
 
 
 @task(trigger_rule="all_done")
@@ -294,9 +283,11 @@ def busy_reconfig(fv_run: int) -> list[dict[str, Any]]:
 def restore(fv_run: int) -> dict[str, bool]:
     """Each taken node back on its original layout and uncordoned (a node that does not come back
     stays cordoned, with an `error` verdict): whatever the checks did."""
+    from fleetval.mig import suite
     from fleetval_airflow import config
 
-    back = _on_taken(fv_run, "restore") or {}
+    run = _taken_run(fv_run)
+    back = suite.restore(run) if run is not None else {}
     config.store().update_run_meta(fv_run, mig_restored=back)
     return dict(back)
 

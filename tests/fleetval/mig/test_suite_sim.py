@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
+from fleetval.k8s.cluster import gpu_pods_per_node
 from fleetval.mig import suite
 from fleetval.mig.catalog import read_mig_parted_config
 from fleetval.policy.blast_radius import DiagnosisBudget
@@ -86,7 +87,7 @@ def test_each_mig_fault_is_caught_on_its_criterion_and_every_node_comes_back(sim
     source, config = suite.read_config(core, kube.custom, "gpu-operator")
     assert source == "gpu-operator/default-mig-parted-config"
     plan = suite.plan(
-        suite.gpu_nodes(core), suite.gpu_pods_per_node(core), source, config, budget=DiagnosisBudget(1.0, 1.0)
+        suite.gpu_nodes(core), gpu_pods_per_node(core), source, config, budget=DiagnosisBudget(1.0, 1.0)
     )
     assert [n.node for n in plan.nodes] == [f"r01-n0{i}" for i in range(1, 9)]
     first = plan.nodes[0]
@@ -97,42 +98,40 @@ def test_each_mig_fault_is_caught_on_its_criterion_and_every_node_comes_back(sim
         16,
         "all-1g.10gb",
     )
-    steps = {"watch_s": WATCH_S, "poll_s": POLL_S}
-    taken = suite.take(store, run, core, actions, plan, run_key="t")
+    mig_run = suite.MigRun(
+        store=store,
+        run_id=run,
+        run_key="t",
+        plan=plan,
+        taken=(),
+        mig_config=config,
+        core=core,
+        actions=actions,
+        pod_namespace="fleetval",
+        image=None,
+        watch_s=WATCH_S,
+        poll_s=POLL_S,
+    )
+    taken = suite.take(mig_run)
     assert taken == [n.node for n in plan.nodes]
     assert all(core.read_node(n).spec.unschedulable for n in taken)
-    suite.apply_layouts(
-        store, run, core, actions, plan, taken, config=config, run_key="t", max_s=LIMIT_S, **steps
-    )
-    ready = suite.probe_ready(core, plan, taken)
+    mig_run = mig_run.with_taken(taken)
+    suite.apply_layouts(mig_run, max_s=LIMIT_S)
+    ready = suite.probe_ready(mig_run)
     not_probed = {n: why for n, why in ready.items() if why}
     assert list(not_probed) == ["r01-n06"]  # it sells its instances as whole GPUs: no MIG resource
     probed = [n for n in taken if n not in not_probed]
     for spec in suite.isolation_probes(plan, probed, "baseline", run_key="t", image=None):
         run_probe(kube, spec, store, run)
-    fills = suite.start_fill(
-        core, plan, probed, run_key="t", namespace="fleetval", image=None, timeout_s=WATCH_S, poll_s=POLL_S
-    )
+    fills = suite.start_fill(mig_run, probed)
     assert sorted(fills) == probed
     for spec in suite.isolation_probes(plan, probed, "during", run_key="t", image=None):
         run_probe(kube, spec, store, run)
-    suite.stop_fill(store, run, core, fills, run_key="t", namespace="fleetval")
+    suite.stop_fill(mig_run, fills)
     suite.judge_isolation(store, run, plan, taken, run_key="t", not_probed=not_probed)
-    suite.busy_reconfig(
-        store,
-        run,
-        core,
-        actions,
-        plan,
-        taken,
-        run_key="t",
-        namespace="fleetval",
-        image=None,
-        not_probed=not_probed,
-        **steps,
-    )
-    suite.refused_layout(store, run, core, actions, plan, taken, run_key="t", **steps)
-    back = suite.restore(store, run, core, actions, plan, taken, config=config, run_key="t", **steps)
+    suite.busy_reconfig(mig_run, not_probed=not_probed)
+    suite.refused_layout(mig_run)
+    back = suite.restore(mig_run)
     assert back == dict.fromkeys(taken, True)
     suite.missing_verdicts(store, run, taken)
 
