@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from fleetval.cli import _nccl_reference_baselines
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.nccl import gate as nccl_gate
 from fleetval.nccl import judge_stored as nccl_judge
 from fleetval.nccl import mpijob
 from fleetval.nccl import plan as nccl_plan
+from fleetval.sim.cli import _nccl_reference_baselines
 from fleetval.store.models import Run
 from fleetval.store.repository import Store
 from tests.nccl_lab import NETLAB

@@ -160,7 +160,7 @@ def test_sim_run_triggers_each_suites_dag_with_its_params(
 ) -> None:
     """What `sim run` hands the local Airflow: the suite's DAG, a conf its Params accept (the DAGs'
     own budget defaults), and the step before the trigger (xid: the spec's Xid faults delivered)."""
-    import fleetval.cli as cli
+    import fleetval.sim.cli as sim_cli
     from fleetval.store import xid_inbox
     from fleetval.store.engine import make_engine
 
@@ -171,7 +171,7 @@ def test_sim_run_triggers_each_suites_dag_with_its_params(
         triggered.append((dag_id, conf, before(None) if before else {}))
         return 0
 
-    monkeypatch.setattr(cli, "_sim_dag", local_airflow)
+    monkeypatch.setattr(sim_cli, "_sim_dag", local_airflow)
     db = f"sqlite:///{tmp_path}/s.db"
     for suite in ("weekly", "xid", "nccl"):
         assert run(capsys, "sim", "run", str(DEMO), "--db", db, "--suite", suite)[0] == 0
@@ -252,6 +252,45 @@ def test_criteria_doc_is_the_catalog() -> None:
 
     assert (ROOT / "docs" / "criteria.md").read_text() == criteria_markdown(), (
         "regenerate: fleetval criteria --format markdown > docs/criteria.md"
+    )
+
+
+def test_without_the_simulator_the_product_commands_remain(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulator may be installed apart: without it `fleetval` has no `sim` or `cluster`
+    group, and the product's commands still parse and run."""
+    import argparse
+    import sys
+
+    from fleetval.cli import build_parser
+
+    # None in sys.modules: find_spec answers "not installed", and an import fails.
+    for name in [n for n in sys.modules if n.startswith("fleetval.sim.")] + [
+        "fleetval.sim",
+        "fleetval.sim.cli",
+    ]:
+        monkeypatch.setitem(sys.modules, name, None)
+    parser = build_parser()
+    groups = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert "sim" not in groups and "cluster" not in groups
+    assert {"parse", "judge", "db", "mig", "scenario", "drill", "verdicts", "nodes", "metrics"} <= set(groups)
+    for argv in (
+        ["judge", "xid", "kern.log", "--node", "r01-n01"],
+        ["db", "upgrade", "--db", "sqlite:///f.db"],
+        ["mig", "check", "--gpu", "A100-SXM4-40GB", "3g.20gb"],
+        ["scenario", "run", "--kubeconfig", "kubeconfig"],
+        ["verdicts", "--db", "sqlite:///f.db"],
+    ):
+        assert parser.parse_args(argv).func.__module__ == "fleetval.cli", argv
+    assert main(["criteria"]) == 0
+    capsys.readouterr()
+    assert main(["sim", "load", str(DEMO), "--db", "sqlite:///f.db"]) == 2
+    assert "invalid choice: 'sim'" in capsys.readouterr().err
+    assert main(["scenario", "run"]) == 1
+    assert (
+        capsys.readouterr().err
+        == "error: no simulator installed to run the scenarios on: give --kubeconfig\n"
     )
 
 

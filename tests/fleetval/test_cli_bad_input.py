@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 import fleetval.cli as cli
+import fleetval.sim.cli as sim_cli
 from fleetval.cli import main
 from fleetval.fleet.spec import load_fleet_spec
 from fleetval.records import Result, Verdict
@@ -153,7 +154,7 @@ def nothing_serves_or_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("a bad invocation got through")
 
     monkeypatch.setattr(threading.Event, "wait", refuse)
-    monkeypatch.setattr(cli, "_sim_dag", refuse)
+    monkeypatch.setattr(sim_cli, "_sim_dag", refuse)
 
 
 INJECT = ["sim", "inject-xid", "demo", "--db", "{store}", "--node", "r01-n01"]

@@ -19,6 +19,7 @@ PACKAGE = ROOT / "include" / "fleetval"
 LEVELS: list[set[str]] = [
     {"__init__", "errors", "records", "criteria", "pinned_images"},
     {"nodes", "fleet", "policy", "k8s", "store", "settings"},  # settings: defaults from pinned_images
+    {"cli_base"},  # what every unit's commands share: argument types, reading input, JSON out
     {"probes", "remediation"},
     {
         "nvidia_smi",
