@@ -1,7 +1,8 @@
 """Turn policy actions into node operations, within the blast-radius budget, or only record them.
 
 Every operation is applied to the node, then recorded as a node event in the store (idempotent
-per run, node and operation; a failed patch raises and is never recorded as done). In dry-run
+per run, node and operation; a failed patch raises and is never recorded as done): right after
+its patch by `apply_actions`, or in the caller's single write with `take_actions`. In dry-run
 (shadow) mode nothing touches the cluster and the events say `dry_run`. A disruptive action
 past the ActionBudget is not carried out: an F-SAFE-01 alert verdict stands in its place.
 """
@@ -9,15 +10,15 @@ past the ActionBudget is not carried out: an F-SAFE-01 alert verdict stands in i
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from fleetval.nodes import MAINTENANCE_TAINT, QUARANTINE_LABEL, NodeActions
 from fleetval.policy import node_health as nh
 from fleetval.policy.blast_radius import ActionBudget
 from fleetval.records import Result, Verdict
-from fleetval.store.repository import Store
+from fleetval.store.repository import NodeEventIn, Store
 
 HEALTH_LABEL: Final = "fleetval.io/health"
 LAST_R2_LABEL: Final = "fleetval.io/last-r2"
@@ -64,6 +65,24 @@ OPERATIONS: Final[dict[str, tuple[tuple[str | None, ...], ...]]] = {
 }
 
 
+# The node events the ActionBudget counts: a run's disruptive acts (each starts with a cordon).
+BUDGET_EVENT_KIND: Final = "cordon"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionsTaken:
+    """What `take_actions` did: the node events to record (in dry-run, what it would have done)
+    and the F-SAFE-01 alert verdicts for what the budget withheld."""
+
+    events: list[NodeEventIn]
+    alerts: list[Verdict]
+
+
+def budget_taken(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """node → rack of the run's `BUDGET_EVENT_KIND` node events (rows as `Store.node_events`)."""
+    return {e["node"]: e["details"].get("rack", "") for e in events}
+
+
 def apply_actions(
     planned: Sequence[PlannedAction],
     *,
@@ -77,9 +96,63 @@ def apply_actions(
     dry_run: bool,
     as_of: dt.datetime,
 ) -> list[Verdict]:
-    """Carry out (or record) `planned`; returns F-SAFE-01 alert verdicts for what the budget stopped."""
-    taken = {e["node"]: e["details"].get("rack", "") for e in store.node_events(run_id=run_id, kind="cordon")}
+    """Carry out (or record) `planned`; returns F-SAFE-01 alert verdicts for what the budget stopped.
+    Each event is recorded right after its patch (`take_actions`)."""
+    taken = budget_taken(store.node_events(run_id=run_id, kind=BUDGET_EVENT_KIND))
+
+    def record(event: NodeEventIn) -> None:
+        store.record_node_event(
+            event.event_key,
+            node=event.node,
+            kind=event.kind,
+            reason=event.reason,
+            dry_run=event.dry_run,
+            run_id=event.run_id,
+            details=event.details,
+            at=event.at,
+        )
+
+    return take_actions(
+        planned,
+        nodes=nodes,
+        taken=taken,
+        run_id=run_id,
+        run_key=run_key,
+        budget=budget,
+        fleet_size=fleet_size,
+        rack_sizes=rack_sizes,
+        dry_run=dry_run,
+        as_of=as_of,
+        on_event=record,
+    ).alerts
+
+
+def take_actions(
+    planned: Sequence[PlannedAction],
+    *,
+    nodes: NodeActions,
+    taken: Mapping[str, str],
+    run_id: int,
+    run_key: str,
+    budget: ActionBudget,
+    fleet_size: int,
+    rack_sizes: Mapping[str, int],
+    dry_run: bool,
+    as_of: dt.datetime,
+    on_event: Callable[[NodeEventIn], object] | None = None,
+) -> ActionsTaken:
+    """Patch the nodes for `planned` (not in dry-run) within `budget`, given `taken` (node → rack
+    already acted on in this run, `budget_taken`); records nothing itself. `on_event` is called
+    with each event as soon as its patch succeeded; a failed patch raises and yields no event."""
+    taken = dict(taken)
+    events: list[NodeEventIn] = []
     alerts: list[Verdict] = []
+
+    def happened(event: NodeEventIn) -> None:
+        events.append(event)
+        if on_event is not None:
+            on_event(event)
+
     for item in planned:
         operations = OPERATIONS[item.action]
         disruptive = item.action in nh.DISRUPTIVE_ACTIONS
@@ -109,15 +182,17 @@ def apply_actions(
                     },
                 )
             )
-            store.record_node_event(
-                f"{run_key}/{item.node}/withheld",
-                node=item.node,
-                kind="withheld",
-                reason=item.reason,
-                dry_run=dry_run,
-                run_id=run_id,
-                details={"rack": item.rack, "action": item.action},
-                at=as_of,
+            happened(
+                NodeEventIn(
+                    f"{run_key}/{item.node}/withheld",
+                    node=item.node,
+                    kind="withheld",
+                    reason=item.reason,
+                    dry_run=dry_run,
+                    run_id=run_id,
+                    details={"rack": item.rack, "action": item.action},
+                    at=as_of,
+                )
             )
             continue
         if disruptive:
@@ -128,17 +203,24 @@ def apply_actions(
             # the patch on the rerun instead of leaving a recorded operation that never happened.
             if not dry_run:
                 _apply(nodes, item.node, op)
-            store.record_node_event(
-                f"{run_key}/{item.node}/{kind}/{detail}",
-                node=item.node,
-                kind=kind,
-                reason=item.reason,
-                dry_run=dry_run,
-                run_id=run_id,
-                details={"rack": item.rack, "action": item.action, "rule_id": item.rule_id, "op": list(op)},
-                at=as_of,
+            happened(
+                NodeEventIn(
+                    f"{run_key}/{item.node}/{kind}/{detail}",
+                    node=item.node,
+                    kind=kind,
+                    reason=item.reason,
+                    dry_run=dry_run,
+                    run_id=run_id,
+                    details={
+                        "rack": item.rack,
+                        "action": item.action,
+                        "rule_id": item.rule_id,
+                        "op": list(op),
+                    },
+                    at=as_of,
+                )
             )
-    return alerts
+    return ActionsTaken(events, alerts)
 
 
 def _describe(op: tuple[str | None, ...]) -> tuple[str, str]:

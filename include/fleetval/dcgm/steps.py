@@ -6,7 +6,7 @@ inputs so an Airflow task and `fleetval sim run` call the same code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from fleetval.policy import node_health as nh
 from fleetval.probes.pod import ProbeSpec
 from fleetval.records import Result, Verdict
 from fleetval.remediation import PlannedAction
-from fleetval.store.repository import MeasurementIn, Store
+from fleetval.store.repository import MeasurementIn, ProbeResults, Store
 
 _RESULT_CODE = {"pass": 0.0, "warn": 1.0, "fail": 2.0, "skip": -1.0}
 
@@ -56,14 +56,31 @@ def judge_stored_dcgm(
     level: int,
     gpu_uuids: Callable[[str], Sequence[str]] | None = None,
 ) -> list[NodeDecision]:
-    """Parse and judge stored DCGM probes; store measurements and verdicts; return node decisions.
+    """Parse and judge stored DCGM probes (`judge_dcgm_probes`); store measurements and verdicts;
+    return node decisions."""
+    decisions, results = judge_dcgm_probes(
+        store.probes(run_id, probe_keys), gate=gate, level=level, gpu_uuids=gpu_uuids
+    )
+    store.attach_results(run_id, results)
+    return decisions
+
+
+def judge_dcgm_probes(
+    probes: Iterable[Mapping[str, Any]],
+    *,
+    gate: str,
+    level: int,
+    gpu_uuids: Callable[[str], Sequence[str]] | None = None,
+) -> tuple[list[NodeDecision], list[ProbeResults]]:
+    """Judge DCGM probe rows (as `Store.probes` returns them): each node's decision, and each
+    probe's measurements and verdicts to store (`Store.attach_results`).
 
     Each probe is judged on its own: output that cannot be read is the judge's no-evidence path
     (ParseError), and anything unexpected while judging one probe is an `error` verdict for that
     node, never an abort of the others."""
     decisions: list[NodeDecision] = []
-    results: list[tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]] = []
-    for probe in store.probes(run_id, probe_keys):
+    results: list[ProbeResults] = []
+    for probe in probes:
         node = probe["nodes"][0]
         spec = probe["spec"] or {}
         harness_error = spec.get("harness_error")
@@ -102,12 +119,11 @@ def judge_stored_dcgm(
                 continue
         results.append((probe["probe_key"], (), (verdict,), node))
         decisions.append(NodeDecision(node, Result.ERROR, nh.RERUN, verdict.rule_id, verdict.reason))
-    store.attach_results(run_id, results)
-    return decisions
+    return decisions, results
 
 
 def _judge_probe(
-    probe: dict[str, Any],
+    probe: Mapping[str, Any],
     node: str,
     expected: int,
     gate: str,

@@ -10,7 +10,9 @@ per run (a rerun keeps the first attempt's plan), and each wave is a run of
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from fleetval.policy.blast_radius import ActionBudget, DiagnosisBudget, plan_wav
 from fleetval.probes import outputs as probe_outputs
 from fleetval.probes.pod import ProbeSpec
 from fleetval.records import Result, Verdict
-from fleetval.remediation import apply_actions
+from fleetval.remediation import BUDGET_EVENT_KIND, budget_taken, take_actions
 from fleetval.store.repository import Store
 
 LEVEL: Final = 2
@@ -125,17 +127,27 @@ def judge_wave(
     as_of: dt.datetime,
     image: str | None = None,
 ) -> dict[str, Any]:
-    """Judge the wave's stored probes, store verdicts, act. A node whose probe never stored its
-    output (its task failed before the pod completed) gets an `error` verdict, never a pass."""
+    """Judge the wave's stored probes, act, store verdicts and node events. A node whose probe
+    never stored its output (its task failed before the pod completed) gets an `error` verdict,
+    never a pass.
+
+    One read (probes, the run's cordons), the judgement, the node patches, then one write of
+    everything. A crash between the patches and the write leaves the store as this step found
+    it: the retry re-judges the same stored raw output against the same cordons, so it plans
+    the same actions within the same budget, repeats the patches (idempotent; none in dry-run)
+    and records them then."""
     specs = wave_probes(plan, wave_index, run_key=run_key, image=image)
-    probe_outputs.record_missing_probes(store, run_id, specs)
-    decisions = dcgm_steps.judge_stored_dcgm(
-        store, run_id, [s.probe_key for s in specs], gate=GATE, level=LEVEL
+    stored = store.judgement_inputs(run_id, [s.probe_key for s in specs], event_kind=BUDGET_EVENT_KIND)
+    missing = probe_outputs.missing_probe_outputs(
+        specs, {p["probe_key"] for p in stored.probes}, finished_at=time.time()
     )
-    alerts = apply_actions(
+    # Judged as they will read back once stored: stored ones first, as ordered by id.
+    probes = [*stored.probes, *(dataclasses.asdict(m) for m in missing)]
+    decisions, results = dcgm_steps.judge_dcgm_probes(probes, gate=GATE, level=LEVEL)
+    taken = take_actions(
         dcgm_steps.planned_actions(decisions, plan.rack_of),
         nodes=nodes,
-        store=store,
+        taken=budget_taken(stored.node_events),
         run_id=run_id,
         run_key=run_key,
         budget=action_budget,
@@ -144,11 +156,17 @@ def judge_wave(
         dry_run=dry_run,
         as_of=as_of,
     )
-    store.add_verdicts(run_id, alerts)
+    store.record_judgement(
+        run_id,
+        outputs=missing,
+        results=results,
+        node_events=taken.events,
+        verdicts=taken.alerts,
+    )
     return {
         "nodes": len(specs),
         "results": dict(Counter(d.result.value for d in decisions)),
-        "withheld": [a.subject for a in alerts],
+        "withheld": [a.subject for a in taken.alerts],
     }
 
 

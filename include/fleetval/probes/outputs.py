@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from fleetval.nodes import ProbeOutput
 from fleetval.probes.pod import ProbeSpec
@@ -34,48 +34,52 @@ def probe_output(
     )
 
 
-def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput]) -> list[str]:
-    """Keep raw output verbatim before anything parses it; harness errors are kept too.
+def probe_in(output: ProbeOutput) -> ProbeIn:
+    """A probe's output as the store keeps it; harness errors are kept too.
 
     A multi-node probe (an NCCL pair) lists its nodes in `params["nodes"]`; its ProbeOutput.node
     is only the joined subject."""
-    store.ingest(
-        run_id,
-        [
-            ProbeIn(
-                probe_key=o.probe_key,
-                tool=o.tool,
-                raw=o.raw,
-                nodes=tuple((o.spec.get("params") or {}).get("nodes") or (o.node,)),
-                exit_code=o.exit_code,
-                spec={**o.spec, "harness_error": o.error},
-                started_at=dt.datetime.fromtimestamp(o.started_at, dt.UTC),
-                finished_at=dt.datetime.fromtimestamp(o.finished_at, dt.UTC),
-            )
-            for o in outputs
-        ],
+    return ProbeIn(
+        probe_key=output.probe_key,
+        tool=output.tool,
+        raw=output.raw,
+        nodes=tuple((output.spec.get("params") or {}).get("nodes") or (output.node,)),
+        exit_code=output.exit_code,
+        spec={**output.spec, "harness_error": output.error},
+        started_at=dt.datetime.fromtimestamp(output.started_at, dt.UTC),
+        finished_at=dt.datetime.fromtimestamp(output.finished_at, dt.UTC),
     )
+
+
+def store_probe_outputs(store: Store, run_id: int, outputs: Sequence[ProbeOutput]) -> list[str]:
+    """Keep raw output verbatim before anything parses it; harness errors are kept too."""
+    store.ingest(run_id, [probe_in(o) for o in outputs])
     return [o.probe_key for o in outputs]
+
+
+def missing_probe_outputs(
+    specs: Sequence[ProbeSpec], stored_keys: Collection[str], *, finished_at: float
+) -> list[ProbeIn]:
+    """A harness error, ready to store, for every probe whose key is not in `stored_keys` (its
+    task failed before the pod completed, e.g. a pod that never started)."""
+    return [
+        probe_in(
+            probe_output(
+                s,
+                "",
+                exit_code=None,
+                error="the probe task ended without the pod completing",
+                finished_at=finished_at,
+            )
+        )
+        for s in specs
+        if s.probe_key not in stored_keys
+    ]
 
 
 def record_missing_probes(store: Store, run_id: int, specs: Sequence[ProbeSpec]) -> list[str]:
     """Store a harness error for every probe that left nothing in the store (its task failed
     before the pod completed, e.g. a pod that never started); returns their nodes."""
     stored = {p["probe_key"] for p in store.probes(run_id, [s.probe_key for s in specs], with_raw=False)}
-    missing = [s for s in specs if s.probe_key not in stored]
-    now = time.time()
-    store_probe_outputs(
-        store,
-        run_id,
-        [
-            probe_output(
-                s,
-                "",
-                exit_code=None,
-                error="the probe task ended without the pod completing",
-                finished_at=now,
-            )
-            for s in missing
-        ],
-    )
-    return [s.node for s in missing]
+    store.ingest(run_id, missing_probe_outputs(specs, stored, finished_at=time.time()))
+    return [s.node for s in specs if s.probe_key not in stored]

@@ -82,6 +82,33 @@ class ProbeIn:
     verdicts: tuple[Verdict, ...] = ()
 
 
+# A stored probe's results: (probe_key, measurements, verdicts, node).
+ProbeResults = tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEventIn:
+    """An action on a node, ready to record (idempotent on `event_key`)."""
+
+    event_key: str
+    node: str
+    kind: str
+    reason: str
+    dry_run: bool
+    run_id: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgementInputs:
+    """What `Store.judgement_inputs` read: probe rows (as `Store.probes`) and node events (as
+    `Store.node_events`)."""
+
+    probes: list[dict[str, Any]]
+    node_events: list[dict[str, Any]]
+
+
 @dataclass(slots=True)
 class IngestReport:
     """What `Store.ingest` stored. `unjudged`: probe key → why only its raw output could be stored
@@ -239,10 +266,10 @@ class Store:
 
         def write(batch: Sequence[ProbeIn]) -> None:
             with self.engine.begin() as conn:
-                stored = self._write_probes(conn, run_id, batch)
+                self._write_probes(conn, run_id, batch)
             report.probes += len(batch)
             report.measurements += sum(len(p.measurements) for p in batch)
-            report.verdicts += stored
+            report.verdicts += sum(len(p.verdicts) for p in batch)
 
         def raw_only(probe: ProbeIn, why: str) -> None:
             kept = dataclasses.replace(
@@ -266,7 +293,8 @@ class Store:
         _isolating(probes, write, raw_only)
         return report
 
-    def _write_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> int:
+    def _write_probes(self, conn: Connection, run_id: int, probes: Sequence[ProbeIn]) -> dict[str, int]:
+        """Upsert the probes with their measurements and verdicts; returns probe key → id."""
         probe_ids, unchanged = self._upsert_probes(conn, run_id, probes)
         # Measurements are parsed from the raw output: a probe stored again with the same bytes
         # and no results (a retried probe task, results to come) keeps those parsed from them.
@@ -281,46 +309,25 @@ class Store:
             for v in p.verdicts
         ]
         upsert_verdicts(conn, rows)
-        return len(rows)
+        return probe_ids
 
-    def attach_results(
-        self,
-        run_id: int,
-        results: Sequence[tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]],
-    ) -> int:
+    def attach_results(self, run_id: int, results: Sequence[ProbeResults]) -> int:
         """Add measurements and verdicts to probes already stored (raw first, judged after).
 
         `results` holds (probe_key, measurements, verdicts, node); re-attaching replaces them.
         Results the store refuses fail alone: their probe keeps a `store_error` (so its node
         counts as not swept) and the log says why. Returns the number of verdicts stored.
         """
-        keys = [r[0] for r in results]
         with self.engine.connect() as conn:
-            ids = probe_ids_by_key(conn, run_id, keys)
-        missing = set(keys) - ids.keys()
-        if missing:
-            raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
+            ids = _stored_probe_ids(conn, run_id, [r[0] for r in results])
         stored = 0
 
-        def write(
-            batch: Sequence[tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None]],
-        ) -> None:
+        def write(batch: Sequence[ProbeResults]) -> None:
             nonlocal stored
             with self.engine.begin() as conn:
-                probes = [ProbeIn(key, "", "", (), measurements=tuple(m)) for key, m, _, _ in batch]
-                self._replace_measurements(conn, probes, ids)
-                now = utcnow()
-                rows = [
-                    verdict_values(run_id, v, probe_id=ids[key], node=node, judged_at=now)
-                    for key, _, verdicts, node in batch
-                    for v in verdicts
-                ]
-                upsert_verdicts(conn, rows)
-            stored += len(rows)
+                stored += self._write_results(conn, run_id, batch, ids)
 
-        def refused(
-            result: tuple[str, Sequence[MeasurementIn], Sequence[Verdict], str | None], why: str
-        ) -> None:
+        def refused(result: ProbeResults, why: str) -> None:
             key = result[0]
             with self.engine.begin() as conn:
                 conn.execute(delete(Measurement).where(Measurement.probe_id == ids[key]))
@@ -333,16 +340,95 @@ class Store:
         _isolating(results, write, refused)
         return stored
 
+    def _write_results(
+        self, conn: Connection, run_id: int, results: Sequence[ProbeResults], ids: Mapping[str, int]
+    ) -> int:
+        probes = [ProbeIn(key, "", "", (), measurements=tuple(m)) for key, m, _, _ in results]
+        self._replace_measurements(conn, probes, ids)
+        now = utcnow()
+        rows = [
+            verdict_values(run_id, v, probe_id=ids[key], node=node, judged_at=now)
+            for key, _, verdicts, node in results
+            for v in verdicts
+        ]
+        upsert_verdicts(conn, rows)
+        return len(rows)
+
+    # --- a judge step: one read, one write ---------------------------------------------------
+    def judgement_inputs(self, run_id: int, probe_keys: Sequence[str], *, event_kind: str) -> JudgementInputs:
+        """The probes with these keys (raw output and spec) and the run's node events of
+        `event_kind`, read in one transaction: one consistent view for the judge."""
+        with self.engine.connect() as conn:
+            return JudgementInputs(
+                self._probe_rows(conn, run_id, probe_keys, with_raw=True),
+                self._node_event_rows(conn, run_id=run_id, kind=event_kind),
+            )
+
+    def record_judgement(
+        self,
+        run_id: int,
+        *,
+        outputs: Sequence[ProbeIn],
+        results: Sequence[ProbeResults],
+        node_events: Sequence[NodeEventIn],
+        verdicts: Sequence[Verdict],
+    ) -> None:
+        """Store a judge step's writes in ONE transaction: probe `outputs` (as `ingest`), `results`
+        of stored probes (as `attach_results`), `node_events`, and run-level `verdicts`.
+
+        All or nothing, so a retry after a crash finds the store as the step found it. Only when
+        the store refuses a value is the transaction rolled back and each part stored as its own
+        method does, where the refused rows fail alone (module doc)."""
+        try:
+            with self.engine.begin() as conn:
+                self._write_probes(conn, run_id, outputs)
+                ids = _stored_probe_ids(conn, run_id, [r[0] for r in results])
+                self._write_results(conn, run_id, results, ids)
+                for event in node_events:
+                    self._insert_node_event(conn, event)
+                now = utcnow()
+                upsert_verdicts(
+                    conn,
+                    [verdict_values(run_id, v, probe_id=None, node=None, judged_at=now) for v in verdicts],
+                )
+        except Exception as exc:
+            if not _unstorable(exc):
+                raise
+            log.warning(
+                "run %s: the judgement's single write was refused (%s); storing it part by part",
+                run_id,
+                _why(exc),
+            )
+            self.ingest(run_id, outputs)
+            self.attach_results(run_id, results)
+            for event in node_events:
+                self.record_node_event(
+                    event.event_key,
+                    node=event.node,
+                    kind=event.kind,
+                    reason=event.reason,
+                    dry_run=event.dry_run,
+                    run_id=event.run_id,
+                    details=event.details,
+                    at=event.at,
+                )
+            self.add_verdicts(run_id, verdicts)
+
     def probes(
         self, run_id: int, probe_keys: Sequence[str] | None = None, *, with_raw: bool = True
     ) -> list[dict[str, Any]]:
         """Probe rows as dicts; `raw` is the str that was ingested (decoded from its bytes)."""
+        with self.engine.connect() as conn:
+            return self._probe_rows(conn, run_id, probe_keys, with_raw=with_raw)
+
+    def _probe_rows(
+        self, conn: Connection, run_id: int, probe_keys: Sequence[str] | None, *, with_raw: bool
+    ) -> list[dict[str, Any]]:
         columns = [c for c in Probe.__table__.c if with_raw or c.name not in ("raw", "raw_codec")]
         query = select(*columns).where(Probe.run_id == run_id).order_by(Probe.id)
         if probe_keys is not None:
             query = query.where(Probe.probe_key.in_(list(probe_keys)))
-        with self.engine.connect() as conn:
-            rows = [dict(r._mapping) for r in conn.execute(query)]
+        rows = [dict(r._mapping) for r in conn.execute(query)]
         for row in rows:
             if with_raw:
                 row["raw"] = decode_raw(row["raw"], row.pop("raw_codec"))
@@ -452,25 +538,35 @@ class Store:
         at: dt.datetime | None = None,
     ) -> bool:
         """Record an action on a node; returns False when this event was already recorded."""
+        event = NodeEventIn(event_key, node, kind, reason, dry_run, run_id, dict(details or {}), at)
         with self.engine.begin() as conn:
-            stmt = dialect_insert(conn, NodeEvent.__table__).values(  # type: ignore[arg-type]
-                event_key=event_key,
-                node=node,
-                kind=kind,
-                reason=reason,
-                dry_run=dry_run,
-                run_id=run_id,
-                details=dict(details or {}),
-                at=at or utcnow(),
-            )
-            result = conn.execute(
-                stmt.on_conflict_do_nothing(index_elements=["event_key"]),
-                execution_options={"preserve_rowcount": True},  # an INSERT's is kept only if asked
-            )
-            return bool(result.rowcount)
+            return self._insert_node_event(conn, event)
+
+    def _insert_node_event(self, conn: Connection, event: NodeEventIn) -> bool:
+        stmt = dialect_insert(conn, NodeEvent.__table__).values(  # type: ignore[arg-type]
+            event_key=event.event_key,
+            node=event.node,
+            kind=event.kind,
+            reason=event.reason,
+            dry_run=event.dry_run,
+            run_id=event.run_id,
+            details=dict(event.details),
+            at=event.at or utcnow(),
+        )
+        result = conn.execute(
+            stmt.on_conflict_do_nothing(index_elements=["event_key"]),
+            execution_options={"preserve_rowcount": True},  # an INSERT's is kept only if asked
+        )
+        return bool(result.rowcount)
 
     def node_events(
         self, node: str | None = None, *, run_id: int | None = None, kind: str | None = None
+    ) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return self._node_event_rows(conn, node, run_id=run_id, kind=kind)
+
+    def _node_event_rows(
+        self, conn: Connection, node: str | None = None, *, run_id: int | None, kind: str | None
     ) -> list[dict[str, Any]]:
         query = select(*NodeEvent.__table__.c).order_by(NodeEvent.id)
         if node is not None:
@@ -479,8 +575,7 @@ class Store:
             query = query.where(NodeEvent.run_id == run_id)
         if kind is not None:
             query = query.where(NodeEvent.kind == kind)
-        with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(query)]
+        return [dict(r._mapping) for r in conn.execute(query)]
 
     # --- reads ------------------------------------------------------------------------------
     def verdicts(self, run_id: int | None = None, criterion: str | None = None) -> list[dict[str, Any]]:
@@ -571,6 +666,15 @@ class Store:
                 )
             ).first()
             return dict(row._mapping) if row else None
+
+
+def _stored_probe_ids(conn: Connection, run_id: int, keys: Sequence[str]) -> dict[str, int]:
+    """probe key → id; results are attached only to probes already stored."""
+    ids = probe_ids_by_key(conn, run_id, keys)
+    missing = set(keys) - ids.keys()
+    if missing:
+        raise KeyError(f"probes not stored for run {run_id}: {sorted(missing)[:5]}")
+    return ids
 
 
 def _single(nodes: Sequence[str]) -> str | None:
