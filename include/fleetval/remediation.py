@@ -100,18 +100,6 @@ def apply_actions(
     Each event is recorded right after its patch (`take_actions`)."""
     taken = budget_taken(store.node_events(run_id=run_id, kind=BUDGET_EVENT_KIND))
 
-    def record(event: NodeEventIn) -> None:
-        store.record_node_event(
-            event.event_key,
-            node=event.node,
-            kind=event.kind,
-            reason=event.reason,
-            dry_run=event.dry_run,
-            run_id=event.run_id,
-            details=event.details,
-            at=event.at,
-        )
-
     return take_actions(
         planned,
         nodes=nodes,
@@ -123,7 +111,7 @@ def apply_actions(
         rack_sizes=rack_sizes,
         dry_run=dry_run,
         as_of=as_of,
-        on_event=record,
+        on_event=store.record_event,
     ).alerts
 
 

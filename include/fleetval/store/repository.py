@@ -402,16 +402,7 @@ class Store:
             self.ingest(run_id, outputs)
             self.attach_results(run_id, results)
             for event in node_events:
-                self.record_node_event(
-                    event.event_key,
-                    node=event.node,
-                    kind=event.kind,
-                    reason=event.reason,
-                    dry_run=event.dry_run,
-                    run_id=event.run_id,
-                    details=event.details,
-                    at=event.at,
-                )
+                self.record_event(event)
             self.add_verdicts(run_id, verdicts)
 
     def probes(
@@ -538,7 +529,12 @@ class Store:
         at: dt.datetime | None = None,
     ) -> bool:
         """Record an action on a node; returns False when this event was already recorded."""
-        event = NodeEventIn(event_key, node, kind, reason, dry_run, run_id, dict(details or {}), at)
+        return self.record_event(
+            NodeEventIn(event_key, node, kind, reason, dry_run, run_id, dict(details or {}), at)
+        )
+
+    def record_event(self, event: NodeEventIn) -> bool:
+        """`record_node_event` for an event already built (a judge step's `take_actions`)."""
         with self.engine.begin() as conn:
             return self._insert_node_event(conn, event)
 
